@@ -1,0 +1,34 @@
+# make lab   set everything up and open the course in Jupyter Lab
+# make test  set everything up and run what CI runs: ruff, unit and learning tests, every notebook in fast mode
+# make full  run every notebook in full mode, in place (the outputs and figures students see)
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+# The CPU wheel on the course machines; elsewhere `make test TORCH=torch` takes your platform's build.
+TORCH ?= torch==2.13.0
+
+.PHONY: venv lab test full clean
+
+$(BIN)/.installed: pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+	$(BIN)/python -m pip install --quiet "$(TORCH)" -e ".[dev]"
+	$(BIN)/python -m ipykernel install --sys-prefix --name minirl --display-name "Python (minirl)"
+	touch $@
+
+venv: $(BIN)/.installed
+
+lab: venv
+	$(BIN)/jupyter lab notebooks/00_welcome.ipynb
+
+test: venv
+	$(BIN)/ruff check .
+	MINIRL_FAST=1 $(BIN)/pytest --durations=10 tests
+	MINIRL_FAST=1 $(BIN)/pytest --nbval-lax --nbval-current-env --durations=10 notebooks
+
+full: venv
+	MINIRL_FAST=0 $(BIN)/jupyter nbconvert --to notebook --execute --inplace \
+		--ExecutePreprocessor.timeout=1800 --ExecutePreprocessor.kernel_name=minirl notebooks/*.ipynb
+
+clean:
+	rm -rf $(VENV) .pytest_cache .ruff_cache

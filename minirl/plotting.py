@@ -1,0 +1,33 @@
+"""The course's figures.
+
+``save_figure`` writes into the repository's ``figures/`` folder in full mode only, so a CI run (fast mode) never
+overwrites the figures the README shows. Introduced in ``notebooks/00_welcome.ipynb``.
+"""
+
+import os
+import tempfile
+from pathlib import Path
+
+from minirl.course import fast_mode
+
+FIGURES = Path(__file__).resolve().parent.parent / "figures"
+
+
+def save_figure(fig, name: str) -> Path | None:
+    """Save ``fig`` as ``figures/<name>.png`` in full mode; in fast mode do nothing and return None.
+
+    The file is written to a temporary name and renamed, so a crash never leaves a half-written figure.
+    """
+    if fast_mode():
+        return None
+    FIGURES.mkdir(exist_ok=True)
+    path = FIGURES / f"{name}.png"
+    fd, tmp = tempfile.mkstemp(dir=FIGURES, suffix=".png")
+    os.close(fd)
+    try:
+        fig.savefig(tmp, dpi=120, bbox_inches="tight")
+        os.replace(tmp, path)
+    finally:
+        if os.path.exists(tmp):
+            os.remove(tmp)
+    return path
