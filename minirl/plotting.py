@@ -26,6 +26,7 @@ def save_figure(fig, name: str) -> Path | None:
     os.close(fd)
     try:
         fig.savefig(tmp, dpi=120, bbox_inches="tight")
+        os.chmod(tmp, 0o644)  # mkstemp makes the file private; a figure is for everyone
         os.replace(tmp, path)
     finally:
         if os.path.exists(tmp):
