@@ -5,7 +5,7 @@ and entropy losses, KL estimators, loss aggregation); ``tabular`` solves small M
 fast/full switch; ``plotting`` the figures.
 """
 
-from minirl import course, losses, plotting, returns
+from minirl import course, losses, plotting, returns, tabular
 from minirl.course import budget, fast_mode
 
 __all__ = ["budget", "course", "fast_mode", "losses", "plotting", "returns", "tabular"]
