@@ -1,0 +1,73 @@
+"""Plumbing shared by the gymnasium trainers: the result they return, the metric history, seeding, progress."""
+
+import csv
+import random
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import numpy as np
+import torch
+from tqdm.auto import tqdm
+
+from minirl.policies import Policy
+
+
+class History:
+    """Metrics logged once per update: ``history["return_mean"]`` is a list over updates, ``history.rows`` the
+    list of per-update dicts."""
+
+    def __init__(self) -> None:
+        self.rows: list[dict[str, float]] = []
+
+    def log(self, **metrics: float) -> None:
+        self.rows.append({k: float(v) for k, v in metrics.items()})
+
+    def __getitem__(self, key: str) -> list[float]:
+        if not self.rows or key not in self.rows[-1]:
+            known = sorted(self.rows[-1]) if self.rows else []
+            raise KeyError(f"no metric {key!r} in this history; logged metrics: {known}")
+        return [row.get(key, float("nan")) for row in self.rows]
+
+    def __len__(self) -> int:
+        return len(self.rows)
+
+    def keys(self) -> list[str]:
+        return list(self.rows[-1]) if self.rows else []
+
+    def to_csv(self, path: str | Path) -> None:
+        keys = list(dict.fromkeys(k for row in self.rows for k in row))
+        with open(path, "w", newline="") as f:
+            writer = csv.DictWriter(f, fieldnames=keys)
+            writer.writeheader()
+            writer.writerows(self.rows)
+
+
+@dataclass
+class TrainResult:
+    """What every ``train(cfg)`` returns: the trained policy, its metric history, and the config it ran with."""
+
+    policy: Policy
+    history: History
+    config: object = field(repr=False)
+
+    def save(self, path: str | Path) -> Path:
+        """Save the policy with its training config (see ``Policy.save``)."""
+        cfg = self.config
+        return self.policy.save(path, extra={"algo": type(cfg).__module__.rsplit(".", 1)[-1], "config": asdict(cfg)})
+
+
+def seed_everything(seed: int) -> None:
+    """Seed Python, NumPy and torch: the same seed gives the same run on CPU."""
+    random.seed(seed)
+    np.random.seed(seed)
+    torch.manual_seed(seed)
+
+
+def progress_bar(total_steps: int, enabled: bool, desc: str) -> tqdm:
+    """A tqdm bar over environment steps (works in a terminal and in a notebook)."""
+    return tqdm(total=total_steps, disable=not enabled, desc=desc, unit="step", dynamic_ncols=True)
+
+
+def running_mean(values: list[float], window: int = 20) -> float:
+    """Mean of the last ``window`` values (NaN when there are none yet)."""
+    return float(np.mean(values[-window:])) if values else float("nan")

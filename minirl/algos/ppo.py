@@ -1,0 +1,132 @@
+"""PPO with GAE on gymnasium tasks, Schulman et al. 2017 (``notebooks/05_ppo.ipynb``).
+
+Shapes: T steps per env, N envs, D observation size; ``b_`` tensors are flattened to (T * N,), ``mb_`` tensors are
+one minibatch of them.
+
+The details of "The 37 Implementation Details of Proximal Policy Optimization" (Huang et al., ICLR blog track 2022)
+that apply are named in comments as (detail k). The defaults are the rl-baselines3-zoo CartPole-v1 settings.
+"""
+
+import time
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from minirl.algos.common import History, TrainResult, progress_bar, running_mean, seed_everything
+from minirl.losses import clip_fraction, entropy, kl, ppo_clip_loss, value_loss
+from minirl.policies import Policy, spec_for
+from minirl.returns import gae
+from minirl.rollout import Collector, make_envs
+
+
+@dataclass
+class PPOConfig:
+    env_id: str = "CartPole-v1"  # any gymnasium task with Discrete or 1-D Box actions
+    total_steps: int = 100_000  # environment steps, summed over all envs
+    seed: int = 0  # seeds torch, numpy and the envs (env i gets seed + i)
+    num_envs: int = 8  # N parallel envs (detail 1: vectorized architecture)
+    n_steps: int = 32  # T steps per env per rollout; one batch holds N * T transitions
+    gamma: float = 0.98  # discount gamma; usually 0.9-0.999
+    lam: float = 0.8  # GAE lambda, Schulman et al. 2016; usually 0.8-0.99 (detail 5)
+    lr: float = 1e-3  # Adam learning rate; usually 1e-4-3e-3
+    anneal_lr: bool = True  # decay the learning rate linearly to 0 (detail 4)
+    epochs: int = 20  # K passes over each batch; usually 3-30
+    minibatch_size: int = 256  # transitions per gradient step (detail 6: mini-batch updates)
+    clip_low: float = 0.2  # epsilon of the clipped surrogate, Schulman et al. 2017 Eq. 7; usually 0.1-0.3 (detail 8)
+    clip_high: float | None = None  # upper clip 1 + clip_high; None means symmetric (clip_high = clip_low)
+    anneal_clip: bool = True  # decay the clip range linearly to 0, as the zoo settings do
+    clip_vf: float | None = None  # clip the value update to +-clip_vf around the old value (detail 9); None: off
+    ent_coef: float = 0.0  # entropy bonus coefficient c2 (detail 10); usually 0-0.01
+    vf_coef: float = 0.5  # value loss coefficient c1 (detail 10)
+    max_grad_norm: float = 0.5  # global gradient-norm clip (detail 11)
+    norm_adv: bool = True  # normalise advantages per minibatch (detail 7)
+    target_kl: float | None = None  # stop the epochs early once the approximate KL exceeds this; None: never
+    obs_norm: bool = False  # standardise observations with running statistics saved in the policy
+    hidden: tuple[int, ...] = (64, 64)  # hidden sizes of the separate actor and critic MLPs (detail 13)
+    log_std_init: float = 0.0  # initial log std of a Gaussian policy
+    async_envs: bool = False  # step the envs in subprocesses (AsyncVectorEnv) instead of in turn
+
+
+def train(cfg: PPOConfig, progress: bool = False) -> TrainResult:
+    """Train a PPO agent; returns ``.policy``, ``.history`` (one row per rollout) and ``.config``."""
+    seed_everything(cfg.seed)
+    envs = make_envs(cfg.env_id, cfg.num_envs, cfg.seed, asynchronous=cfg.async_envs)
+    spec = spec_for(envs, hidden=tuple(cfg.hidden), obs_norm=cfg.obs_norm, log_std_init=cfg.log_std_init)
+    policy = Policy(spec)
+    optimizer = torch.optim.Adam(policy.parameters(), lr=cfg.lr, eps=1e-5)  # detail 3: Adam epsilon 1e-5
+    collector = Collector(envs, cfg.seed)
+    batch_size = cfg.num_envs * cfg.n_steps
+    n_updates = max(1, cfg.total_steps // batch_size)
+    history, returns = History(), []
+    bar = progress_bar(n_updates * batch_size, progress, f"PPO {cfg.env_id}")
+
+    for update in range(n_updates):
+        frac = 1.0 - update / n_updates
+        lr = cfg.lr * frac if cfg.anneal_lr else cfg.lr
+        for group in optimizer.param_groups:
+            group["lr"] = lr
+        clip_low = cfg.clip_low * frac if cfg.anneal_clip else cfg.clip_low
+        clip_high = None if cfg.clip_high is None else (cfg.clip_high * frac if cfg.anneal_clip else cfg.clip_high)
+
+        # --- rollout ---
+        t0 = time.perf_counter()
+        batch = collector.collect(policy, cfg.n_steps)
+        returns += batch.episode_returns
+
+        # --- advantages ---
+        adv, ret = gae(batch.rew, batch.val, batch.next_val, batch.terminated, batch.truncated, cfg.gamma, cfg.lam)
+        b_obs = batch.obs.reshape(batch_size, -1)  # (T*N, D)
+        b_act = batch.act.reshape(batch_size, *batch.act.shape[2:])  # (T*N,) or (T*N, A)
+        b_logp, b_adv, b_ret, b_val = (x.reshape(-1) for x in (batch.logp, adv, ret, batch.val))  # (T*N,)
+        t1 = time.perf_counter()
+
+        # --- update ---
+        stats = {"pg_loss": [], "v_loss": [], "entropy": [], "approx_kl": [], "clip_frac": []}
+        for _ in range(cfg.epochs):
+            epoch_kl = []
+            for mb in torch.randperm(batch_size).split(cfg.minibatch_size):
+                dist = policy.distribution(b_obs[mb])
+                logp = policy.log_prob(dist, b_act[mb])  # (mb,)
+                mb_adv = b_adv[mb]
+                if cfg.norm_adv and len(mb) > 1:
+                    mb_adv = (mb_adv - mb_adv.mean()) / (mb_adv.std() + 1e-8)
+                pg_loss = ppo_clip_loss(logp, b_logp[mb], mb_adv, clip_low, clip_high).mean()
+                v_loss = value_loss(policy.value(b_obs[mb]), b_ret[mb], b_val[mb], cfg.clip_vf).mean()
+                ent = (entropy(dist.logits) if spec.discrete else dist.entropy().sum(-1)).mean()
+                loss = pg_loss + cfg.vf_coef * v_loss - cfg.ent_coef * ent
+
+                optimizer.zero_grad()
+                loss.backward()
+                torch.nn.utils.clip_grad_norm_(policy.parameters(), cfg.max_grad_norm)
+                optimizer.step()
+
+                with torch.no_grad():  # KL(old || new) estimated with k3 on samples from the old policy
+                    approx_kl = kl(b_logp[mb], logp.detach(), "k3").mean().item()
+                    frac_clipped = clip_fraction(logp.detach(), b_logp[mb], clip_low, clip_high).mean().item()
+                epoch_kl.append(approx_kl)
+                for key, value in zip(stats, (pg_loss, v_loss, ent, approx_kl, frac_clipped), strict=True):
+                    stats[key].append(float(value.detach() if torch.is_tensor(value) else value))
+            if cfg.target_kl is not None and np.mean(epoch_kl) > cfg.target_kl:
+                break  # early stop of the epochs (detail: target KL)
+        t2 = time.perf_counter()
+
+        # --- log ---
+        var_ret = b_ret.var()
+        explained_var = float(1 - (b_ret - b_val).var() / var_ret) if var_ret > 0 else float("nan")
+        history.log(
+            step=(update + 1) * batch_size,
+            return_mean=running_mean(returns),
+            episodes=len(returns),
+            lr=lr,
+            clip=clip_low,
+            explained_var=explained_var,
+            rollout_s=t1 - t0,
+            update_s=t2 - t1,
+            **{k: float(np.mean(v)) for k, v in stats.items()},
+        )
+        bar.update(batch_size)
+        bar.set_postfix(ret=f"{running_mean(returns):.1f}")
+    bar.close()
+    envs.close()
+    return TrainResult(policy=policy, history=history, config=cfg)

@@ -1,0 +1,150 @@
+"""Collecting experience from gymnasium vector envs, and evaluating a policy
+(``notebooks/03_reinforce_and_baselines.ipynb``).
+
+Shapes
+    T   steps per env in one rollout, N parallel envs, D observation size, A action size (continuous)
+
+Autoreset: the envs run in gymnasium's SAME_STEP mode. The step that ends an episode returns the first observation
+of the next episode, and the final observation of the old one arrives in ``info["final_obs"]``. Every row of a
+batch is therefore a real transition; no row spans two episodes. (In the default NEXT_STEP mode the step after an
+episode end is a no-op reset whose action is ignored; it would have to be masked out of every loss.)
+"""
+
+from dataclasses import dataclass, field
+
+import gymnasium as gym
+import numpy as np
+import torch
+
+from minirl.policies import Policy
+
+
+def make_envs(env_id: str, num_envs: int, seed: int, asynchronous: bool = False) -> gym.vector.VectorEnv:
+    """N copies of ``env_id`` in SAME_STEP autoreset mode, seeded ``seed, seed + 1, ...`` on the first reset."""
+    if num_envs < 1:
+        raise ValueError(f"num_envs must be >= 1, got {num_envs}")
+    mode = "async" if asynchronous else "sync"
+    return gym.make_vec(
+        env_id,
+        num_envs=num_envs,
+        vectorization_mode=mode,
+        vector_kwargs={"autoreset_mode": gym.vector.AutoresetMode.SAME_STEP},
+    )
+
+
+def to_obs_tensor(obs: np.ndarray, space: gym.Space) -> torch.Tensor:
+    """A batch of observations (N, ...) as a float tensor (N, D): Box flattened, Discrete one-hot."""
+    if isinstance(space, gym.spaces.Discrete):
+        return torch.nn.functional.one_hot(torch.as_tensor(obs, dtype=torch.long) - space.start, int(space.n)).float()
+    return torch.as_tensor(obs, dtype=torch.float32).reshape(obs.shape[0], -1)
+
+
+@dataclass
+class Batch:
+    """One rollout, time-major. ``next_val[t]`` is V of the observation that followed step t (the true final
+    observation where an episode was truncated), ready for ``returns.gae``."""
+
+    obs: torch.Tensor  # (T, N, D)
+    act: torch.Tensor  # (T, N) or (T, N, A)
+    rew: torch.Tensor  # (T, N)
+    terminated: torch.Tensor  # (T, N) bool
+    truncated: torch.Tensor  # (T, N) bool
+    logp: torch.Tensor  # (T, N), log pi_old(a|s) of the acting policy
+    val: torch.Tensor  # (T, N), V(s_t)
+    next_val: torch.Tensor  # (T, N)
+    episode_returns: list[float] = field(default_factory=list)  # undiscounted, of episodes that ended in this batch
+    episode_lengths: list[int] = field(default_factory=list)
+
+    @property
+    def done(self) -> torch.Tensor:
+        return self.terminated | self.truncated
+
+
+class Collector:
+    """Steps N envs with a policy, T steps at a time; an episode in progress continues into the next batch."""
+
+    def __init__(self, envs: gym.vector.VectorEnv, seed: int):
+        self.envs = envs
+        self.space = envs.single_observation_space
+        obs, _ = envs.reset(seed=seed)
+        self.obs = to_obs_tensor(obs, self.space)  # (N, D)
+        self.ep_return = np.zeros(envs.num_envs)
+        self.ep_length = np.zeros(envs.num_envs, dtype=int)
+
+    def reset(self) -> None:
+        """Start fresh episodes in every env (REINFORCE wants whole episodes in each batch)."""
+        obs, _ = self.envs.reset()
+        self.obs = to_obs_tensor(obs, self.space)
+        self.ep_return[:] = 0
+        self.ep_length[:] = 0
+
+    def collect(self, policy: Policy, n_steps: int, update_obs_stats: bool = True) -> Batch:
+        """Run ``n_steps`` steps in every env with ``policy`` sampling its actions."""
+        obs_b, act_b, rew_b, term_b, trunc_b, logp_b, val_b, next_val_b = ([] for _ in range(8))
+        ep_returns, ep_lengths = [], []
+        for _ in range(n_steps):
+            if update_obs_stats:
+                policy.update_obs_stats(self.obs)
+            act, logp, val = policy.act(self.obs)  # (N,) or (N, A); (N,); (N,)
+            obs, rew, terminated, truncated, info = self.envs.step(policy.env_action(act))
+            next_obs = to_obs_tensor(obs, self.space)  # (N, D), already reset where an episode ended
+            done = terminated | truncated
+
+            # V of the true next observation: the final one where an episode ended (only truncation uses it)
+            final_obs = next_obs.clone()
+            if done.any():
+                idx = np.flatnonzero(done)
+                final_obs[idx] = to_obs_tensor(np.stack(info["final_obs"][idx]), self.space)
+            with torch.no_grad():
+                next_val = policy.value(final_obs)  # (N,)
+
+            obs_b.append(self.obs)
+            act_b.append(act)
+            rew_b.append(torch.as_tensor(rew, dtype=torch.float32))
+            term_b.append(torch.as_tensor(terminated))
+            trunc_b.append(torch.as_tensor(truncated))
+            logp_b.append(logp)
+            val_b.append(val)
+            next_val_b.append(next_val)
+
+            self.ep_return += rew
+            self.ep_length += 1
+            for i in np.flatnonzero(done):
+                ep_returns.append(float(self.ep_return[i]))
+                ep_lengths.append(int(self.ep_length[i]))
+                self.ep_return[i], self.ep_length[i] = 0.0, 0
+            self.obs = next_obs
+        return Batch(
+            obs=torch.stack(obs_b),  # (T, N, D)
+            act=torch.stack(act_b),  # (T, N) or (T, N, A)
+            rew=torch.stack(rew_b),  # (T, N)
+            terminated=torch.stack(term_b),
+            truncated=torch.stack(trunc_b),
+            logp=torch.stack(logp_b),
+            val=torch.stack(val_b),
+            next_val=torch.stack(next_val_b),
+            episode_returns=ep_returns,
+            episode_lengths=ep_lengths,
+        )
+
+
+def evaluate(policy: Policy, env_id: str, episodes: int = 20, seed: int = 0) -> tuple[float, float]:
+    """Mean and std of the undiscounted return of ``episodes`` deterministic episodes (argmax action, or the
+    Gaussian mean), episode i reset with seed ``seed + i``. Observation statistics are used, never updated."""
+    if episodes < 1:
+        raise ValueError(f"episodes must be >= 1, got {episodes}")
+    env = gym.make(env_id)
+    returns = []
+    try:
+        for i in range(episodes):
+            obs, _ = env.reset(seed=seed + i)
+            total, done = 0.0, False
+            while not done:
+                act, _, _ = policy.act(to_obs_tensor(np.asarray(obs)[None], env.observation_space), deterministic=True)
+                obs, rew, terminated, truncated, _ = env.step(policy.env_action(act)[0])
+                total += float(rew)
+                done = terminated or truncated
+            returns.append(total)
+    finally:
+        env.close()
+    return float(np.mean(returns)), float(np.std(returns))
