@@ -32,3 +32,19 @@ def save_figure(fig, name: str) -> Path | None:
         if os.path.exists(tmp):
             os.remove(tmp)
     return path
+
+
+def plot_history(history, keys: tuple[str, ...] = ("return_mean",), x: str = "step", title: str = ""):
+    """One panel per metric of a training ``History`` against ``x`` (environment steps by default)."""
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, len(keys), figsize=(5 * len(keys), 3.4), squeeze=False)
+    for ax, key in zip(axes[0], keys):
+        ax.plot(history[x], history[key], lw=1.6)
+        ax.set_xlabel(x.replace("_", " "))
+        ax.set_ylabel(key.replace("_", " "))
+        ax.grid(alpha=0.3)
+    if title:
+        fig.suptitle(title)
+    fig.tight_layout()
+    return fig

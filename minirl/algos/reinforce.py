@@ -62,7 +62,8 @@ def train(cfg: REINFORCEConfig, progress: bool = False) -> TrainResult:
     seed_everything(cfg.seed)
     envs = make_envs(cfg.env_id, cfg.num_envs, cfg.seed, asynchronous=cfg.async_envs)
     policy = Policy(spec_for(envs, hidden=tuple(cfg.hidden), critic=cfg.baseline == "value"))
-    actor_opt = torch.optim.Adam(policy.actor.parameters(), lr=cfg.lr)
+    actor_params = [p for name, p in policy.named_parameters() if not name.startswith("critic.")]  # incl. log_std
+    actor_opt = torch.optim.Adam(actor_params, lr=cfg.lr)
     critic_opt = torch.optim.Adam(policy.critic.parameters(), lr=cfg.value_lr) if policy.critic else None
     collector = Collector(envs, cfg.seed)
     batch_size = cfg.num_envs * cfg.n_steps

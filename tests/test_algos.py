@@ -1,0 +1,167 @@
+"""The gymnasium algorithms: smoke runs, determinism, and learning tests with sabotaged twins.
+
+Learning tests (``-m learning``) run the budgets the issue names; each has a twin marked ``slow`` whose advantage
+sign is flipped, which must miss the same threshold.
+"""
+
+import dataclasses
+
+import gymnasium as gym
+import pytest
+import torch
+
+import minirl.algos.ppo as ppo
+import minirl.algos.reinforce as reinforce
+from minirl.policies import Policy, spec_for
+from minirl.rollout import evaluate
+
+PENDULUM = dict(
+    env_id="Pendulum-v1",
+    num_envs=4,
+    n_steps=1024,
+    minibatch_size=256,
+    epochs=10,
+    gamma=0.9,
+    lam=0.95,
+    obs_norm=True,
+    anneal_clip=False,
+)
+
+
+@pytest.fixture(autouse=True)
+def one_thread():
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+def flat_params(policy: Policy) -> torch.Tensor:
+    return torch.cat([p.detach().flatten() for p in policy.state_dict().values()])
+
+
+@pytest.mark.parametrize(
+    "cfg",
+    [
+        ppo.PPOConfig(total_steps=512),
+        ppo.PPOConfig(env_id="Pendulum-v1", total_steps=512, obs_norm=True, clip_vf=0.2, target_kl=0.01),
+        reinforce.REINFORCEConfig(total_steps=2000, baseline="value"),
+        reinforce.REINFORCEConfig(env_id="Pendulum-v1", n_steps=200, total_steps=800, baseline="mean", returns="total"),
+    ],
+    ids=["ppo-cartpole", "ppo-pendulum", "reinforce-cartpole", "reinforce-pendulum"],
+)
+def test_smoke_run_changes_parameters_and_logs(cfg):
+    module = ppo if isinstance(cfg, ppo.PPOConfig) else reinforce
+    result = module.train(cfg)
+    assert len(result.history) >= 1
+    assert result.history["step"][-1] <= cfg.total_steps
+    for key in ("return_mean", "pg_loss", "entropy", "rollout_s", "update_s"):
+        assert key in result.history.keys()
+    torch.manual_seed(cfg.seed)
+    untrained = Policy(result.policy.spec)  # the same seed and spec give the initial parameters
+    for name, value in result.policy.named_parameters():
+        assert not torch.equal(value, dict(untrained.named_parameters())[name]), f"{name} did not change"
+
+
+@pytest.mark.parametrize("module", [ppo, reinforce])
+def test_same_seed_same_run(module):
+    cls = ppo.PPOConfig if module is ppo else reinforce.REINFORCEConfig
+    cfg = cls(total_steps=1024 if module is ppo else 2000)
+    a, b = module.train(cfg), module.train(cfg)
+    assert torch.equal(flat_params(a.policy), flat_params(b.policy))
+    assert a.history.rows == [
+        {**row, "rollout_s": r2["rollout_s"], "update_s": r2["update_s"]}
+        for row, r2 in zip(b.history.rows, a.history.rows)
+    ]
+    c = module.train(dataclasses.replace(cfg, seed=1))
+    assert not torch.equal(flat_params(a.policy), flat_params(c.policy))
+
+
+def test_async_envs_give_the_same_run_as_sync():
+    cfg = ppo.PPOConfig(total_steps=1024, num_envs=4)
+    sync = ppo.train(cfg)
+    asynchronous = ppo.train(dataclasses.replace(cfg, async_envs=True))
+    assert torch.equal(flat_params(sync.policy), flat_params(asynchronous.policy))
+
+
+def test_bad_config_names_the_problem():
+    with pytest.raises(ValueError, match="baseline must be one of"):
+        reinforce.train(reinforce.REINFORCEConfig(baseline="critic"))
+    with pytest.raises(RuntimeError, match="raise n_steps"):
+        reinforce.train(reinforce.REINFORCEConfig(n_steps=5, total_steps=10))
+    with pytest.raises(ValueError, match="clip_low"):
+        ppo.train(ppo.PPOConfig(total_steps=256, clip_low=1.5, anneal_clip=False))
+
+
+def test_saved_result_reloads_with_its_config(tmp_path):
+    result = ppo.train(ppo.PPOConfig(total_steps=512, obs_norm=True))
+    path = result.save(tmp_path / "policy")
+    loaded = Policy.load(path)
+    assert torch.equal(flat_params(loaded), flat_params(result.policy))
+    assert evaluate(loaded, "CartPole-v1", episodes=2) == evaluate(result.policy, "CartPole-v1", episodes=2)
+
+
+# --- learning tests and their sabotaged twins ---
+
+
+def flip_gae(monkeypatch):
+    """Sabotage: PPO follows the advantage with the wrong sign."""
+    real = ppo.gae
+    monkeypatch.setattr(ppo, "gae", lambda *a, **k: (lambda adv, ret: (-adv, ret))(*real(*a, **k)))
+
+
+def flip_reinforce(monkeypatch):
+    real = reinforce.advantages
+    monkeypatch.setattr(reinforce, "advantages", lambda *a, **k: -real(*a, **k))
+
+
+def ppo_cartpole():
+    result = ppo.train(ppo.PPOConfig(total_steps=100_000, seed=0))
+    return evaluate(result.policy, "CartPole-v1", episodes=20, seed=1000)[0]
+
+
+def reinforce_cartpole():
+    result = reinforce.train(reinforce.REINFORCEConfig(total_steps=100_000, seed=0, baseline="value"))
+    return evaluate(result.policy, "CartPole-v1", episodes=20, seed=1000)[0]
+
+
+def ppo_pendulum_gain():
+    cfg = ppo.PPOConfig(total_steps=100_000, seed=0, **PENDULUM)
+    torch.manual_seed(cfg.seed)
+    untrained = Policy(spec_for(gym.make("Pendulum-v1"), obs_norm=True))
+    before = evaluate(untrained, "Pendulum-v1", episodes=20, seed=1000)[0]
+    after = evaluate(ppo.train(cfg).policy, "Pendulum-v1", episodes=20, seed=1000)[0]
+    return after - before
+
+
+@pytest.mark.learning
+def test_ppo_solves_cartpole_in_100k_steps():
+    assert ppo_cartpole() >= 475
+
+
+@pytest.mark.learning
+def test_reinforce_with_learned_baseline_clearly_beats_random():
+    assert reinforce_cartpole() >= 150  # random play scores about 22
+
+
+@pytest.mark.learning
+def test_ppo_gaussian_improves_pendulum():
+    assert ppo_pendulum_gain() >= 400
+
+
+@pytest.mark.slow
+def test_sabotaged_ppo_misses_cartpole(monkeypatch):
+    flip_gae(monkeypatch)
+    assert ppo_cartpole() < 475
+
+
+@pytest.mark.slow
+def test_sabotaged_reinforce_misses_cartpole(monkeypatch):
+    flip_reinforce(monkeypatch)
+    assert reinforce_cartpole() < 150
+
+
+@pytest.mark.slow
+def test_sabotaged_ppo_misses_pendulum(monkeypatch):
+    flip_gae(monkeypatch)
+    assert ppo_pendulum_gain() < 400
