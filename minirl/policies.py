@@ -123,8 +123,8 @@ class Policy(nn.Module):
         """pi(.|s) for a batch of raw observations (B, D)."""
         out = self.actor(self.normalize(obs))  # (B, A)
         if self.spec.discrete:
-            return torch.distributions.Categorical(logits=out)
-        return torch.distributions.Normal(out, self.log_std.exp().expand_as(out))
+            return torch.distributions.Categorical(logits=out, validate_args=False)
+        return torch.distributions.Normal(out, self.log_std.exp().expand_as(out), validate_args=False)
 
     def log_prob(self, dist: torch.distributions.Distribution, act: torch.Tensor) -> torch.Tensor:
         """log pi(a|s), (B,): a Gaussian's log-density sums over action dimensions."""

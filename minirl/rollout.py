@@ -80,23 +80,20 @@ class Collector:
 
     def collect(self, policy: Policy, n_steps: int, update_obs_stats: bool = True) -> Batch:
         """Run ``n_steps`` steps in every env with ``policy`` sampling its actions."""
-        obs_b, act_b, rew_b, term_b, trunc_b, logp_b, val_b, next_val_b = ([] for _ in range(8))
+        obs_b, act_b, rew_b, term_b, trunc_b, logp_b, val_b = ([] for _ in range(7))
+        final_vals = []  # (t, env indices, V(final observation)) for every step where an episode ended
         ep_returns, ep_lengths = [], []
-        for _ in range(n_steps):
+        for t in range(n_steps):
             if update_obs_stats:
                 policy.update_obs_stats(self.obs)
             act, logp, val = policy.act(self.obs)  # (N,) or (N, A); (N,); (N,)
             obs, rew, terminated, truncated, info = self.envs.step(policy.env_action(act))
-            next_obs = to_obs_tensor(obs, self.space)  # (N, D), already reset where an episode ended
             done = terminated | truncated
-
-            # V of the true next observation: the final one where an episode ended (only truncation uses it)
-            final_obs = next_obs.clone()
-            if done.any():
+            if done.any():  # the env has reset: V of the old episode's final observation, for truncation
                 idx = np.flatnonzero(done)
-                final_obs[idx] = to_obs_tensor(np.stack(info["final_obs"][idx]), self.space)
-            with torch.no_grad():
-                next_val = policy.value(final_obs)  # (N,)
+                final_obs = to_obs_tensor(np.stack(info["final_obs"][idx]), self.space)  # (n_done, D)
+                with torch.no_grad():
+                    final_vals.append((t, idx, policy.value(final_obs)))
 
             obs_b.append(self.obs)
             act_b.append(act)
@@ -105,7 +102,6 @@ class Collector:
             trunc_b.append(torch.as_tensor(truncated))
             logp_b.append(logp)
             val_b.append(val)
-            next_val_b.append(next_val)
 
             self.ep_return += rew
             self.ep_length += 1
@@ -113,7 +109,14 @@ class Collector:
                 ep_returns.append(float(self.ep_return[i]))
                 ep_lengths.append(int(self.ep_length[i]))
                 self.ep_return[i], self.ep_length[i] = 0.0, 0
-            self.obs = next_obs
+            self.obs = to_obs_tensor(obs, self.space)  # (N, D), already reset where an episode ended
+
+        # V of the true next observation: the next row's V inside an episode, the final observation's at an end
+        val = torch.stack(val_b)  # (T, N)
+        with torch.no_grad():
+            next_val = torch.cat([val[1:], policy.value(self.obs)[None]])  # (T, N)
+        for t, idx, v in final_vals:
+            next_val[t, idx] = v
         return Batch(
             obs=torch.stack(obs_b),  # (T, N, D)
             act=torch.stack(act_b),  # (T, N) or (T, N, A)
@@ -121,8 +124,8 @@ class Collector:
             terminated=torch.stack(term_b),
             truncated=torch.stack(trunc_b),
             logp=torch.stack(logp_b),
-            val=torch.stack(val_b),
-            next_val=torch.stack(next_val_b),
+            val=val,
+            next_val=next_val,
             episode_returns=ep_returns,
             episode_lengths=ep_lengths,
         )

@@ -1,0 +1,198 @@
+"""minirl PPO against Stable-Baselines3 PPO on CartPole-v1, with the rl-baselines3-zoo settings, side by side.
+
+    pip install -e ".[bench]"
+    python benchmarks/cartpole.py                  # 3 seeds x 100k steps each, both libraries, about 4 minutes
+    python benchmarks/cartpole.py --seeds 0 --steps 20000
+
+Both sides run in this process at one thread, alternating per seed, and are evaluated by the same loop (20
+deterministic episodes). Wall time covers building the envs and the model and training. Writes
+``benchmarks/results/cartpole.md`` and ``figures/benchmark_cartpole.png``.
+"""
+
+import argparse
+import statistics
+import time
+
+import gymnasium as gym
+import matplotlib
+import numpy as np
+import torch
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt
+from _stamp import RESULTS, stamp
+from stable_baselines3 import PPO
+from stable_baselines3.common.callbacks import BaseCallback
+from stable_baselines3.common.env_util import make_vec_env
+
+from minirl.algos import ppo
+from minirl.plotting import save_figure
+from minirl.rollout import evaluate
+
+ENV = "CartPole-v1"
+
+
+def linear(start: float):
+    """The zoo's ``lin_x`` schedule: x times the fraction of training left."""
+    return lambda progress_remaining: start * progress_remaining
+
+
+def sb3_model(seed: int) -> PPO:
+    """SB3 PPO with the rl-baselines3-zoo CartPole-v1 hyperparameters (hyperparams/ppo.yml)."""
+    env = make_vec_env(ENV, n_envs=8, seed=seed)
+    return PPO(
+        "MlpPolicy",
+        env,
+        n_steps=32,
+        batch_size=256,
+        gae_lambda=0.8,
+        gamma=0.98,
+        n_epochs=20,
+        ent_coef=0.0,
+        learning_rate=linear(1e-3),
+        clip_range=linear(0.2),
+        seed=seed,
+        device="cpu",
+        verbose=0,
+    )
+
+
+def assert_same_hyperparameters(model: PPO, cfg: ppo.PPOConfig) -> None:
+    """Every knob that changes the math, read back from both sides."""
+    pairs = {
+        "envs": (model.n_envs, cfg.num_envs),
+        "n_steps": (model.n_steps, cfg.n_steps),
+        "minibatch": (model.batch_size, cfg.minibatch_size),
+        "epochs": (model.n_epochs, cfg.epochs),
+        "gamma": (model.gamma, cfg.gamma),
+        "lambda": (model.gae_lambda, cfg.lam),
+        "lr at start, halfway": ((model.lr_schedule(1.0), model.lr_schedule(0.5)), (cfg.lr, cfg.lr * 0.5)),
+        "clip at start, halfway": ((model.clip_range(1.0), model.clip_range(0.5)), (cfg.clip_low, cfg.clip_low * 0.5)),
+        "anneal": (True, cfg.anneal_lr and cfg.anneal_clip),
+        "ent_coef": (model.ent_coef, cfg.ent_coef),
+        "vf_coef": (model.vf_coef, cfg.vf_coef),
+        "max_grad_norm": (model.max_grad_norm, cfg.max_grad_norm),
+        "normalize advantage": (model.normalize_advantage, cfg.norm_adv),
+        "value clipping": (model.clip_range_vf, cfg.clip_vf),
+        "hidden": (tuple(model.policy.net_arch["pi"]), tuple(cfg.hidden)),
+        "critic hidden": (tuple(model.policy.net_arch["vf"]), tuple(cfg.hidden)),
+        "adam eps": (model.policy.optimizer.defaults["eps"], 1e-5),
+    }
+    mismatched = {k: v for k, v in pairs.items() if v[0] != v[1]}
+    assert not mismatched, f"hyperparameters differ (SB3, minirl): {mismatched}"
+
+
+class Curve(BaseCallback):
+    """Running mean of the last 20 episode returns at the end of each rollout, and time spent in rollouts."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.steps, self.returns, self.rollout_s, self._t = [], [], 0.0, 0.0
+
+    def _on_rollout_start(self) -> None:
+        self._t = time.perf_counter()
+
+    def _on_rollout_end(self) -> None:
+        self.rollout_s += time.perf_counter() - self._t
+        episodes = [info["r"] for info in self.model.ep_info_buffer][-20:]
+        self.steps.append(self.num_timesteps)
+        self.returns.append(float(np.mean(episodes)) if episodes else float("nan"))
+
+    def _on_step(self) -> bool:
+        return True
+
+
+def evaluate_sb3(model: PPO, episodes: int = 20, seed: int = 1000) -> tuple[float, float]:
+    """The same protocol as ``minirl.evaluate``: episode i reset with seed + i, deterministic actions."""
+    env, returns = gym.make(ENV), []
+    for i in range(episodes):
+        obs, _ = env.reset(seed=seed + i)
+        total, done = 0.0, False
+        while not done:
+            act, _ = model.predict(obs, deterministic=True)
+            obs, rew, terminated, truncated, _ = env.step(int(act))
+            total += float(rew)
+            done = terminated or truncated
+        returns.append(total)
+    return float(np.mean(returns)), float(np.std(returns))
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
+    parser.add_argument("--steps", type=int, default=100_000)
+    args = parser.parse_args()
+    torch.set_num_threads(1)
+
+    rows, curves = [], {"minirl": [], "SB3": []}
+    for seed in args.seeds:
+        cfg = ppo.PPOConfig(env_id=ENV, total_steps=args.steps, seed=seed)
+        assert_same_hyperparameters(sb3_model(seed), cfg)
+
+        t0 = time.perf_counter()
+        result = ppo.train(cfg)
+        wall = time.perf_counter() - t0
+        mean, std = evaluate(result.policy, ENV, episodes=20, seed=1000)
+        h = result.history
+        rows.append(("minirl", seed, wall, mean, std, sum(h["rollout_s"]), sum(h["update_s"])))
+        curves["minirl"].append((h["step"], h["return_mean"]))
+
+        t0 = time.perf_counter()
+        model, curve = sb3_model(seed), Curve()
+        model.learn(total_timesteps=args.steps, callback=curve)
+        wall = time.perf_counter() - t0
+        mean, std = evaluate_sb3(model)
+        rows.append(("SB3", seed, wall, mean, std, curve.rollout_s, wall - curve.rollout_s))
+        curves["SB3"].append((curve.steps, curve.returns))
+        print(rows[-2], rows[-1], flush=True)
+
+    write_table(rows, args)
+    plot(curves, args)
+
+
+def write_table(rows, args) -> None:
+    lines = [
+        f"# PPO on {ENV}: minirl vs Stable-Baselines3",
+        "",
+        stamp(),
+        f"rl-baselines3-zoo settings, {args.steps} steps, seeds {args.seeds}, one thread each; "
+        "evaluation: 20 deterministic episodes.",
+        "",
+        "| library | seed | wall (s) | env steps/s | rollout (s) | update (s) | eval return |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for lib, seed, wall, mean, std, roll, upd in rows:
+        lines.append(
+            f"| {lib} | {seed} | {wall:.1f} | {args.steps / wall:,.0f} | {roll:.1f} | {upd:.1f} | "
+            f"{mean:.1f} ± {std:.1f} |"
+        )
+    med = {lib: statistics.median(r[2] for r in rows if r[0] == lib) for lib in ("minirl", "SB3")}
+    evals = {lib: statistics.median(r[3] for r in rows if r[0] == lib) for lib in ("minirl", "SB3")}
+    lines += [
+        "",
+        f"Median wall time: minirl {med['minirl']:.1f} s, SB3 {med['SB3']:.1f} s; "
+        f"ratio minirl / SB3 = **{med['minirl'] / med['SB3']:.2f}x** (target 0.2x). "
+        f"Median evaluation return: minirl {evals['minirl']:.1f}, SB3 {evals['SB3']:.1f}.",
+        "SB3's rollout time is measured by a callback between rollout start and end; its update time is the rest.",
+    ]
+    RESULTS.mkdir(exist_ok=True)
+    (RESULTS / "cartpole.md").write_text("\n".join(lines) + "\n")
+    print("\n".join(lines))
+
+
+def plot(curves, args) -> None:
+    fig, ax = plt.subplots(figsize=(6.5, 3.6))
+    for lib, color in (("minirl", "tab:blue"), ("SB3", "tab:orange")):
+        for i, (steps, rets) in enumerate(curves[lib]):
+            ax.plot(steps, rets, color=color, alpha=0.8, lw=1.3, label=lib if i == 0 else None)
+    ax.axhline(500, color="gray", ls=":", lw=1)
+    ax.set_xlabel("environment steps")
+    ax.set_ylabel("return (mean of last 20 episodes)")
+    ax.set_title(f"PPO on {ENV}, zoo settings, {len(args.seeds)} seeds")
+    ax.legend()
+    ax.grid(alpha=0.3)
+    save_figure(fig, "benchmark_cartpole")
+
+
+if __name__ == "__main__":
+    main()
