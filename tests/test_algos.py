@@ -117,12 +117,16 @@ def flip_reinforce(monkeypatch):
 
 def ppo_cartpole():
     result = ppo.train(ppo.PPOConfig(total_steps=100_000, seed=0))
-    return evaluate(result.policy, "CartPole-v1", episodes=20, seed=1000)[0]
+    score = evaluate(result.policy, "CartPole-v1", episodes=20, seed=1000)[0]
+    print(f"PPO CartPole-v1, 100k steps, seed 0: evaluation {score:.1f}")
+    return score
 
 
 def reinforce_cartpole():
     result = reinforce.train(reinforce.REINFORCEConfig(total_steps=100_000, seed=0, baseline="value"))
-    return evaluate(result.policy, "CartPole-v1", episodes=20, seed=1000)[0]
+    score = evaluate(result.policy, "CartPole-v1", episodes=20, seed=1000)[0]
+    print(f"REINFORCE (learned baseline) CartPole-v1, 100k steps, seed 0: evaluation {score:.1f}")
+    return score
 
 
 def ppo_pendulum_gain():
@@ -131,6 +135,7 @@ def ppo_pendulum_gain():
     untrained = Policy(spec_for(gym.make("Pendulum-v1"), obs_norm=True))
     before = evaluate(untrained, "Pendulum-v1", episodes=20, seed=1000)[0]
     after = evaluate(ppo.train(cfg).policy, "Pendulum-v1", episodes=20, seed=1000)[0]
+    print(f"PPO Pendulum-v1, 100k steps, seed 0: untrained {before:.1f}, trained {after:.1f}")
     return after - before
 
 
