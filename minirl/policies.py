@@ -66,7 +66,7 @@ def obs_size(space: gym.Space) -> int:
 
 def mlp(sizes: list[int], out_gain: float) -> nn.Sequential:
     """tanh MLP with orthogonal init: gain sqrt(2) inside, ``out_gain`` on the last layer, zero biases
-    (details 2 and 3 of "The 37 Implementation Details of PPO", Huang et al. 2022)."""
+    (detail 2 of "The 37 Implementation Details of PPO", Huang et al. 2022)."""
     layers: list[nn.Module] = []
     for i in range(len(sizes) - 1):
         layer = nn.Linear(sizes[i], sizes[i + 1])
@@ -91,9 +91,9 @@ class Policy(nn.Module):
         self.actor = mlp([*sizes, spec.act_dim], out_gain=0.01)
         self.critic = mlp([*sizes, 1], out_gain=1.0) if spec.critic else None
         if not spec.discrete:
-            # state-independent log std (detail: continuous actions as a diagonal Gaussian)
+            # a diagonal Gaussian with a state-independent log std (continuous-action details 1-3)
             self.log_std = nn.Parameter(torch.full((spec.act_dim,), spec.log_std_init))
-        # running statistics of observations (detail: observation normalisation); saved with the weights
+        # running statistics of observations (continuous-action details 6-7); saved with the weights
         self.register_buffer("obs_mean", torch.zeros(spec.obs_dim))
         self.register_buffer("obs_var", torch.ones(spec.obs_dim))
         self.register_buffer("obs_count", torch.tensor(1e-4))
@@ -149,7 +149,7 @@ class Policy(nn.Module):
 
     def env_action(self, act: torch.Tensor) -> np.ndarray:
         """The action to send to the env: integers, or the Gaussian sample clipped to the Box bounds
-        (the unclipped sample is what log pi refers to: detail "clip the action, not the log-prob")."""
+        (the unclipped sample is what log pi refers to: continuous-action detail 5)."""
         if self.spec.discrete:
             return act.numpy()
         return np.clip(act.numpy(), self.spec.act_low, self.spec.act_high)

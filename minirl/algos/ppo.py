@@ -42,7 +42,7 @@ class PPOConfig:
     max_grad_norm: float = 0.5  # global gradient-norm clip (detail 11)
     norm_adv: bool = True  # normalise advantages per minibatch (detail 7)
     target_kl: float | None = None  # stop the epochs early once the approximate KL exceeds this; None: never
-    obs_norm: bool = False  # standardise observations with running statistics saved in the policy
+    obs_norm: bool = False  # standardise and clip observations by running statistics (continuous details 6-7)
     hidden: tuple[int, ...] = (64, 64)  # hidden sizes of the separate actor and critic MLPs (detail 13)
     log_std_init: float = 0.0  # initial log std of a Gaussian policy
     async_envs: bool = False  # step the envs in subprocesses (AsyncVectorEnv) instead of in turn
@@ -101,14 +101,14 @@ def train(cfg: PPOConfig, progress: bool = False) -> TrainResult:
                 torch.nn.utils.clip_grad_norm_(policy.parameters(), cfg.max_grad_norm)
                 optimizer.step()
 
-                with torch.no_grad():  # KL(old || new) estimated with k3 on samples from the old policy
+                with torch.no_grad():  # detail 12: KL(old || new) by k3 on samples of the old policy; clip fraction
                     approx_kl = kl(b_logp[mb], logp.detach(), "k3").mean().item()
                     frac_clipped = clip_fraction(logp.detach(), b_logp[mb], clip_low, clip_high).mean().item()
                 epoch_kl.append(approx_kl)
                 for key, value in zip(stats, (pg_loss, v_loss, ent, approx_kl, frac_clipped), strict=True):
                     stats[key].append(float(value.detach() if torch.is_tensor(value) else value))
             if cfg.target_kl is not None and np.mean(epoch_kl) > cfg.target_kl:
-                break  # early stop of the epochs (detail: target KL)
+                break  # early stop of the epochs once the policy has moved far enough
         t2 = time.perf_counter()
 
         # --- log ---
