@@ -11,17 +11,12 @@ Options of ``train`` are the fields of the algorithm's config dataclass in kebab
 import argparse
 import dataclasses
 import importlib
-import inspect
 import json
-import re
 import sys
-import types
-import typing
 from pathlib import Path
 
+from minirl._options import add_options, config_from
 from minirl.algos import ALGOS
-
-ALIASES = {"env_id": ["--env"], "total_steps": ["--steps"]}
 
 
 def config_class(algo: str) -> type:
@@ -29,42 +24,6 @@ def config_class(algo: str) -> type:
     module = importlib.import_module(f"minirl.algos.{algo}")
     (cls,) = [c for name, c in vars(module).items() if name.endswith("Config") and dataclasses.is_dataclass(c)]
     return cls
-
-
-def field_comments(cls: type) -> dict[str, str]:
-    """The trailing ``# comment`` of each field line in the dataclass source."""
-    pattern = re.compile(r"^\s+(\w+):[^#]*#\s*(.+)$")
-    return {m[1]: m[2].strip() for line in inspect.getsource(cls).splitlines() if (m := pattern.match(line))}
-
-
-def add_config_options(parser: argparse.ArgumentParser, cls: type) -> None:
-    """One option per dataclass field, typed from the annotation; ``X | None`` accepts the word ``none``."""
-    hints = typing.get_type_hints(cls)
-    helps = field_comments(cls)
-    for f in dataclasses.fields(cls):
-        flags = [f"--{f.name.replace('_', '-')}", *ALIASES.get(f.name, [])]
-        kind, optional = hints[f.name], False
-        if isinstance(kind, types.UnionType) and type(None) in kind.__args__:
-            (kind,) = [a for a in kind.__args__ if a is not type(None)]
-            optional = True
-        help_text = f"{helps.get(f.name, '')} (default: {f.default})"
-        if kind is bool:
-            parser.add_argument(
-                *flags, dest=f.name, action=argparse.BooleanOptionalAction, default=f.default, help=help_text
-            )
-        elif typing.get_origin(kind) is tuple:
-            parser.add_argument(*flags, dest=f.name, type=int, nargs="+", default=f.default, help=help_text)
-        else:
-            convert = _optional(kind) if optional else kind
-            parser.add_argument(*flags, dest=f.name, type=convert, default=f.default, help=help_text)
-
-
-def _optional(kind: type):
-    def convert(text: str):
-        return None if text.lower() == "none" else kind(text)
-
-    convert.__name__ = kind.__name__
-    return convert
 
 
 def cmd_train(args: argparse.Namespace) -> None:
@@ -75,7 +34,7 @@ def cmd_train(args: argparse.Namespace) -> None:
     from minirl.rollout import evaluate
 
     cls = config_class(args.algo)
-    cfg = cls(**{f.name: getattr(args, f.name) for f in dataclasses.fields(cls)})
+    cfg = config_from(args, cls)
     out = Path(args.out or f"runs/{args.algo}-{cfg.env_id}-s{cfg.seed}")
     out.mkdir(parents=True, exist_ok=True)
     result = importlib.import_module(f"minirl.algos.{args.algo}").train(cfg, progress=True)
@@ -109,7 +68,7 @@ def build_parser() -> argparse.ArgumentParser:
     for algo in ALGOS:
         cls = config_class(algo)
         p = algos.add_parser(algo, help=f"{algo} ({cls.__name__})")
-        add_config_options(p, cls)
+        add_options(p, cls)
         p.add_argument("--out", help="output folder (default: runs/ALGO-ENV-sSEED)")
         p.add_argument("--eval-episodes", type=int, default=20, help="deterministic episodes to evaluate at the end")
         p.set_defaults(func=cmd_train)

@@ -1,0 +1,172 @@
+"""Batched sampling that records the policy's log-probs, and their recomputation (``notebooks/08_tiny_lm.ipynb``).
+
+The language model is a policy: the state is the prompt plus the tokens so far, the action is the next token, and
+the log-prob of a whole completion is the sum of its tokens' log-probs, log pi(o | q) = sum_t log pi(o_t | q, o_<t).
+
+Shapes
+    B   prompts (rows) in the batch
+    P   prompt tokens after left padding
+    C   completion tokens, at most ``max_new_tokens``
+    L   P + C, a whole row
+    V   vocabulary
+
+Prompts are padded on the LEFT, so that every row's last prompt token sits in the last column and the new tokens of
+all rows are appended in the same column. Position ids count only real tokens (``positions``), so a row's numbers do
+not depend on how much padding its neighbours forced on it.
+"""
+
+import math
+from dataclasses import dataclass
+
+import torch
+from transformers import DynamicCache
+
+from minirl.lm.model import cache_kwarg, check_vocab
+
+
+@dataclass
+class Samples:
+    """What ``sample`` returns. Use ``ids`` and ``mask`` to recompute log-probs with ``logprobs``."""
+
+    prompt_ids: torch.Tensor  # (B, P) left-padded with the pad id
+    prompt_mask: torch.Tensor  # (B, P) bool, False on padding
+    completion_ids: torch.Tensor  # (B, C) pad id after a row's eos
+    completion_mask: torch.Tensor  # (B, C) bool, True up to AND including the eos token
+    logp: torch.Tensor  # (B, C) log pi(o_t | q, o_<t) under the distribution sampled from; 0 where the mask is False
+    truncated: torch.Tensor  # (B,) bool, True when a row reached max_new_tokens without an eos
+    text: list[str]  # decoded completions without special tokens (the tags stay)
+
+    @property
+    def ids(self) -> torch.Tensor:
+        return torch.cat([self.prompt_ids, self.completion_ids], dim=1)  # (B, L)
+
+    @property
+    def mask(self) -> torch.Tensor:
+        return torch.cat([self.prompt_mask, self.completion_mask], dim=1)  # (B, L)
+
+
+def positions(mask: torch.Tensor) -> torch.Tensor:
+    """Position ids that skip padding: 0, 1, 2, ... over a row's real tokens (padding gets 0, it is never used)."""
+    return (mask.long().cumsum(-1) - 1).clamp(min=0)  # (B, L)
+
+
+def _check_temperature(temperature: float) -> float:
+    if not isinstance(temperature, (int, float)) or not math.isfinite(temperature) or temperature <= 0:
+        raise ValueError(f"temperature must be a finite number > 0, got {temperature!r}; for greedy use greedy=True")
+    return float(temperature)
+
+
+def logprobs(model, ids: torch.Tensor, mask: torch.Tensor, temperature: float = 1.0) -> torch.Tensor:
+    """log pi(ids_t | ids_<t) of the temperature-scaled softmax for every column t, in one forward pass, no cache.
+
+    Args:
+        ids: (B, L) token ids, a batch of prompt + completion rows (``Samples.ids``).
+        mask: (B, L) True on real tokens (``Samples.mask``); padding is neither attended to nor scored.
+        temperature: divide the logits by this before the softmax, as the sampler did.
+
+    Returns:
+        (B, L) log-probs; 0 at each row's first real token (it has no context) and on padding. Keeps the autograd
+        graph, for training.
+    """
+    temperature = _check_temperature(temperature)
+    if ids.shape != mask.shape or ids.dim() != 2:
+        raise ValueError(f"ids and mask must both be (B, L), got {tuple(ids.shape)} and {tuple(mask.shape)}")
+    mask = mask.bool()
+    logits = model(input_ids=ids, attention_mask=mask.long(), position_ids=positions(mask)).logits  # (B, L, V)
+    logp_all = torch.log_softmax(logits[:, :-1].float() / temperature, dim=-1)  # (B, L-1, V)
+    logp = logp_all.gather(-1, ids[:, 1:, None]).squeeze(-1)  # (B, L-1), token t+1 given tokens <= t
+    logp = torch.nn.functional.pad(logp, (1, 0))  # (B, L)
+    scored = mask & (positions(mask) > 0)  # a row's first real token has no context to be scored in
+    return torch.where(scored, logp, torch.zeros_like(logp))
+
+
+@torch.no_grad()
+def sample(
+    model,
+    tokenizer,
+    prompts: list[str],
+    max_new_tokens: int,
+    temperature: float = 1.0,
+    top_k: int | None = None,
+    greedy: bool = False,
+    seed: int | None = None,
+    generator: torch.Generator | None = None,
+) -> Samples:
+    """Complete every prompt, one token at a time with a KV cache, until eos or ``max_new_tokens``.
+
+    Each step samples from softmax(logits / temperature), restricted to the ``top_k`` most likely tokens when given,
+    and records the log-prob of the token drawn under that same distribution. With ``top_k`` those log-probs are of
+    the truncated distribution, which ``logprobs`` does not reproduce: the RL trainers sample with temperature only.
+    ``greedy=True`` takes the most likely token instead and records its log-prob at ``temperature``.
+    Randomness comes from ``generator``, or from a new one seeded with ``seed``, or from torch's global generator.
+    """
+    if isinstance(prompts, str) or not isinstance(prompts, (list, tuple)) or not prompts:
+        raise ValueError(f"prompts must be a non-empty list of strings, got {prompts!r}")
+    if not all(isinstance(p, str) for p in prompts):
+        raise TypeError("prompts must be a list of strings")
+    if not isinstance(max_new_tokens, int) or max_new_tokens < 1:
+        raise ValueError(f"max_new_tokens must be a positive integer, got {max_new_tokens!r}")
+    temperature = _check_temperature(temperature)
+    if top_k is not None and (not isinstance(top_k, int) or top_k < 1):
+        raise ValueError(f"top_k must be None or a positive integer, got {top_k!r}")
+    if seed is not None and generator is not None:
+        raise ValueError("pass seed or generator, not both")
+    check_vocab(model, tokenizer)
+    if tokenizer.pad_token_id is None or tokenizer.eos_token_id is None:
+        raise ValueError("the tokenizer needs an eos and a pad token; minirl.lm.load sets pad to eos when it has none")
+
+    device = next(model.parameters()).device
+    enc = tokenizer(list(prompts), padding=True, padding_side="left", return_tensors="pt")
+    prompt_ids = enc["input_ids"].to(device)  # (B, P)
+    prompt_mask = enc["attention_mask"].to(device).bool()  # (B, P)
+    if not prompt_mask.any(dim=1).all():
+        raise ValueError("a prompt encodes to no tokens (this tokenizer adds no bos); give every prompt some text")
+    if seed is not None:
+        generator = torch.Generator(device).manual_seed(seed)
+    eos, pad = tokenizer.eos_token_id, tokenizer.pad_token_id
+    batch = prompt_ids.shape[0]
+
+    was_training = model.training
+    model.eval()
+    try:
+        cache = {cache_kwarg(model): DynamicCache(config=model.config)}  # filled in place by every forward
+        step_ids, attn, pos = prompt_ids, prompt_mask.long(), positions(prompt_mask)
+        done = torch.zeros(batch, dtype=torch.bool, device=device)  # (B,)
+        tokens, masks, logps = [], [], []
+        for _ in range(max_new_tokens):
+            logits = model(input_ids=step_ids, attention_mask=attn, position_ids=pos, use_cache=True, **cache).logits
+            logits = logits[:, -1].float() / temperature  # (B, V)
+            if top_k is not None and top_k < logits.shape[-1]:
+                kth = logits.topk(top_k, dim=-1).values[:, -1:]  # (B, 1)
+                logits = logits.masked_fill(logits < kth, float("-inf"))
+            logp_all = torch.log_softmax(logits, dim=-1)  # (B, V)
+            if greedy:
+                tok = logits.argmax(dim=-1)  # (B,)
+            else:
+                tok = torch.multinomial(logp_all.exp(), 1, generator=generator).squeeze(-1)  # (B,)
+            tok = torch.where(done, pad, tok)  # finished rows only pad
+            logp = logp_all.gather(-1, tok[:, None]).squeeze(-1)  # (B,)
+            tokens.append(tok)
+            masks.append(~done)  # still running at this step: the eos itself is inside the mask
+            logps.append(torch.where(done, torch.zeros_like(logp), logp))
+            done = done | (tok == eos)
+            if done.all():
+                break
+            step_ids = tok[:, None]  # (B, 1)
+            attn = torch.cat([attn, torch.ones_like(attn[:, :1])], dim=1)  # (B, P + t + 1)
+            pos = pos[:, -1:] + 1  # (B, 1)
+    finally:
+        model.train(was_training)
+
+    completion_ids = torch.stack(tokens, dim=1)  # (B, C)
+    completion_mask = torch.stack(masks, dim=1)  # (B, C)
+    rows = [row[m].tolist() for row, m in zip(completion_ids, completion_mask)]
+    return Samples(
+        prompt_ids=prompt_ids,
+        prompt_mask=prompt_mask,
+        completion_ids=completion_ids,
+        completion_mask=completion_mask,
+        logp=torch.stack(logps, dim=1),  # (B, C)
+        truncated=~done,
+        text=tokenizer.batch_decode(rows, skip_special_tokens=True),
+    )

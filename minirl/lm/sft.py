@@ -1,0 +1,165 @@
+"""Supervised fine-tuning with the prompt masked out of the loss (``notebooks/08_tiny_lm.ipynb``).
+
+The loss is the mean negative log-likelihood of the completion tokens (the eos included) given the prompt:
+
+    L(theta) = - sum_{i, t} log pi_theta(o_{i,t} | q_i, o_{i,<t}) / (number of completion tokens)
+
+The prompt's tokens condition the model but are never targets. The same loop serves R1's cold start, pretraining
+the course's model from scratch (``minirl.lm.pretrain``), rejection-sampling SFT and distillation.
+
+Shapes
+    B   examples in a batch
+    L   tokens of prompt + completion, left-padded
+"""
+
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+import torch
+from tqdm.auto import tqdm
+
+from minirl._validate import one_of
+from minirl.lm.model import check_vocab
+from minirl.lm.sampling import logprobs
+from minirl.lm.tasks import Problem
+
+SCHEDULES = ("cosine", "constant")
+
+
+@dataclass
+class SFTConfig:
+    """Hyperparameters of ``train``."""
+
+    steps: int = 300  # optimizer steps; training stops here, whatever the loss
+    batch_size: int = 32  # examples per step, drawn without replacement, reshuffled each epoch
+    lr: float = 1e-3  # peak AdamW learning rate; 1e-3 for a model trained from scratch, 1e-4 or less for fine-tuning
+    warmup_steps: int = 20  # linear warm-up from 0 to lr
+    schedule: str = "cosine"  # after warm-up: "cosine" decays to lr / 10 at the last step, "constant" stays at lr
+    weight_decay: float = 0.01  # AdamW's decoupled weight decay
+    grad_clip: float = 1.0  # clip the global gradient norm to this
+    eval_every: int = 50  # steps between held-out evaluations (and calls of on_eval)
+    seed: int = 0  # shuffling order
+
+
+@dataclass
+class SFTResult:
+    """``model`` (trained in place), ``tokenizer``, and ``history``: one dict per step with ``step``, ``loss``,
+    ``lr``; evaluation steps add ``heldout_loss`` and whatever ``on_eval`` returned."""
+
+    model: object
+    tokenizer: object
+    history: list[dict] = field(default_factory=list)
+
+
+def encode(tokenizer, examples: Sequence) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Token tensors for ``(prompt, completion)`` pairs (or Problems): each row is bos + prompt + completion + eos.
+
+    Returns ``ids`` (B, L), ``mask`` (B, L) True on real tokens, and ``loss_mask`` (B, L) True on the completion
+    and its eos only. Rows are padded on the left, like the sampler's.
+    """
+    if not examples:
+        raise ValueError("examples must not be empty")
+    rows, targets = [], []
+    for ex in examples:
+        prompt, completion = (ex.prompt, ex.completion) if isinstance(ex, Problem) else ex
+        p = tokenizer(prompt)["input_ids"]
+        c = tokenizer(completion, add_special_tokens=False)["input_ids"] + [tokenizer.eos_token_id]
+        rows.append(p + c)
+        targets.append([False] * len(p) + [True] * len(c))
+    width = max(map(len, rows))
+    ids = torch.tensor([[tokenizer.pad_token_id] * (width - len(r)) + r for r in rows])  # (B, L)
+    mask = torch.tensor([[False] * (width - len(r)) + [True] * len(r) for r in rows])  # (B, L)
+    loss_mask = torch.tensor([[False] * (width - len(t)) + t for t in targets])  # (B, L)
+    return ids, mask, loss_mask
+
+
+def sft_loss(model, ids: torch.Tensor, mask: torch.Tensor, loss_mask: torch.Tensor) -> torch.Tensor:
+    """Mean negative log-likelihood over the completion tokens (``loss_mask``), the prompt excluded."""
+    logp = logprobs(model, ids, mask)  # (B, L)
+    return -(logp * loss_mask).sum() / loss_mask.sum()
+
+
+@torch.no_grad()
+def heldout_loss(model, tokenizer, examples: Sequence, batch_size: int = 256) -> float:
+    """``sft_loss`` over ``examples``, weighted by completion tokens, without a gradient."""
+    device = next(model.parameters()).device
+    total, count = 0.0, 0
+    for i in range(0, len(examples), batch_size):
+        ids, mask, loss_mask = (t.to(device) for t in encode(tokenizer, examples[i : i + batch_size]))
+        n = int(loss_mask.sum())
+        total += sft_loss(model, ids, mask, loss_mask).item() * n
+        count += n
+    return total / count
+
+
+def lr_at(step: int, cfg: SFTConfig) -> float:
+    """Linear warm-up over ``warmup_steps``, then ``lr`` ("constant") or a cosine from ``lr`` to ``lr / 10`` at
+    ``steps`` ("cosine"). Under "constant", stopping at step S gives the state a longer run has at step S."""
+    if step < cfg.warmup_steps:
+        return cfg.lr * (step + 1) / cfg.warmup_steps
+    if cfg.schedule == "constant":
+        return cfg.lr
+    progress = (step - cfg.warmup_steps) / max(1, cfg.steps - cfg.warmup_steps)
+    return cfg.lr * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * progress)))
+
+
+def train(
+    model,
+    tokenizer,
+    examples: Sequence,
+    cfg: SFTConfig | None = None,
+    heldout: Sequence | None = None,
+    on_eval: Callable[[object], dict] | None = None,
+    progress: bool = False,
+) -> SFTResult:
+    """Fine-tune ``model`` in place on ``(prompt, completion)`` pairs or Problems, for exactly ``cfg.steps`` steps.
+
+    Every ``cfg.eval_every`` steps and at the end: the loss on ``heldout`` examples, and the metrics ``on_eval(model)``
+    returns (held-out accuracy, say), both logged in the history and shown on the progress bar.
+    """
+    cfg = cfg or SFTConfig()
+    if cfg.steps < 1 or cfg.batch_size < 1 or cfg.eval_every < 1:
+        raise ValueError(f"steps, batch_size and eval_every must be positive, got {cfg}")
+    one_of("schedule", cfg.schedule, SCHEDULES)
+    check_vocab(model, tokenizer)
+    ids, mask, loss_mask = encode(tokenizer, examples)  # (N, L) each, N examples
+    device = next(model.parameters()).device
+    ids, mask, loss_mask = ids.to(device), mask.to(device), loss_mask.to(device)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
+    shuffle = torch.Generator().manual_seed(cfg.seed)
+    order = torch.empty(0, dtype=torch.long)
+    history, shown = [], {}
+    model.train()
+    bar = tqdm(range(cfg.steps), desc="sft", disable=not progress)
+    for step in bar:
+        # --- batch: the next examples of a shuffled epoch ---
+        if len(order) < cfg.batch_size:
+            order = torch.cat([order, torch.randperm(len(ids), generator=shuffle)])
+        idx, order = order[: cfg.batch_size], order[cfg.batch_size :]
+        width = int(mask[idx].sum(1).max())  # drop the columns that are padding in every row of this batch
+        b_ids, b_mask, b_loss_mask = ids[idx, -width:], mask[idx, -width:], loss_mask[idx, -width:]  # (B, L)
+
+        # --- update ---
+        for group in optimizer.param_groups:
+            group["lr"] = lr_at(step, cfg)
+        loss = sft_loss(model, b_ids, b_mask, b_loss_mask)
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip)
+        optimizer.step()
+
+        # --- log ---
+        row = {"step": step + 1, "loss": loss.item(), "lr": optimizer.param_groups[0]["lr"]}
+        if (step + 1) % cfg.eval_every == 0 or step + 1 == cfg.steps:
+            model.eval()
+            if heldout:
+                row["heldout_loss"] = heldout_loss(model, tokenizer, heldout)
+            if on_eval is not None:
+                row.update(on_eval(model))
+            model.train()
+        history.append(row)
+        shown.update({k: round(v, 3) for k, v in row.items() if k not in ("step", "lr")})
+        bar.set_postfix(shown, refresh=False)
+    model.eval()
+    return SFTResult(model, tokenizer, history)

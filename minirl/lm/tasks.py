@@ -1,0 +1,170 @@
+"""Synthetic tasks whose answers a program can check, written in the R1 template (``notebooks/08_tiny_lm.ipynb``).
+
+A problem is a prompt (``347+585=``) and a target completion that reasons inside ``<think>...</think>`` and answers
+inside ``<answer>...</answer>``, the template DeepSeek-R1 was trained to follow:
+
+    347+585=<think>7+5=12 c1 4+8+1=13 c1 3+5+1=9 c0</think><answer>932</answer>
+
+A task is any object with ``name``, ``max_new_tokens``, ``draw(rng) -> Problem`` and
+``same_answer(given, expected) -> bool``; two families ship here, :class:`Addition` and :class:`Sorting`.
+
+Train and held-out splits are fixed by a hash of the prompt, not by the seed: a problem is held out for every seed
+or for none, so no train set ever shares a problem with any held-out set. Extraction and checking take any string
+(empty, unclosed or repeated tags, numbers with thousands of digits) and answer False or None, never an exception.
+"""
+
+import random
+import re
+import zlib
+from dataclasses import dataclass
+
+from minirl._validate import one_of
+
+SPLITS = ("train", "heldout")
+HELDOUT_PERCENT = 10  # share of all possible prompts reserved for evaluation
+
+
+@dataclass(frozen=True)
+class Problem:
+    """One task instance: ``prompt``, the target ``completion`` (trace and answer), and the bare ``answer``."""
+
+    prompt: str
+    completion: str
+    answer: str
+
+
+def template(think: str, answer: str) -> str:
+    """The R1 completion: ``<think>{think}</think><answer>{answer}</answer>``."""
+    return f"<think>{think}</think><answer>{answer}</answer>"
+
+
+class Addition:
+    """``digits``-digit addition with a written carry trace, units column first.
+
+    ``347+585=`` -> ``<think>7+5=12 c1 4+8+1=13 c1 3+5+1=9 c0</think><answer>932</answer>``: each column writes its
+    digits, the carry coming in (from the second column on) and the carry going out.
+    """
+
+    def __init__(self, digits: int = 3):
+        if not isinstance(digits, int) or not 1 <= digits <= 9:
+            raise ValueError(f"digits must be an integer in [1, 9], got {digits!r}")
+        self.digits = digits
+        self.name = f"addition{digits}"
+        worst = self.solve(10**digits - 1, 10**digits - 1)
+        self.max_new_tokens = token_count(worst.completion) + 8  # room for a trace a little longer than the target
+
+    def draw(self, rng: random.Random) -> Problem:
+        low, high = 10 ** (self.digits - 1), 10**self.digits - 1
+        return self.solve(rng.randint(low, high), rng.randint(low, high))
+
+    def solve(self, a: int, b: int) -> Problem:
+        steps, carry = [], 0
+        for i, (x, y) in enumerate(zip(reversed(str(a)), reversed(str(b)))):
+            total = int(x) + int(y) + carry
+            lhs = f"{x}+{y}" if i == 0 else f"{x}+{y}+{carry}"
+            carry = total // 10
+            steps.append(f"{lhs}={total} c{carry}")
+        answer = str(a + b)
+        return Problem(f"{a}+{b}=", template(" ".join(steps), answer), answer)
+
+    @staticmethod
+    def same_answer(given: str, expected: str) -> bool:
+        """True when ``given`` is the number ``expected``, leading zeros and surrounding spaces allowed."""
+        given = given.strip()
+        return given.isascii() and given.isdigit() and given.lstrip("0") == expected.lstrip("0")
+
+
+class Sorting:
+    """Sort ``length`` numbers below 100 in increasing order, taking out the smallest one at a time.
+
+    ``sort 42 7 88 15=`` -> ``<think>42 7 88 15>7; 42 88 15>15; 42 88>42</think><answer>7 15 42 88</answer>``.
+    """
+
+    def __init__(self, length: int = 4):
+        if not isinstance(length, int) or not 2 <= length <= 8:
+            raise ValueError(f"length must be an integer in [2, 8], got {length!r}")
+        self.length = length
+        self.name = f"sorting{length}"
+        self.max_new_tokens = token_count(self.solve([99] * length).completion) + 8
+
+    def draw(self, rng: random.Random) -> Problem:
+        return self.solve([rng.randint(0, 99) for _ in range(self.length)])
+
+    def solve(self, nums: list[int]) -> Problem:
+        rest, steps = list(nums), []
+        while len(rest) > 1:
+            smallest = min(rest)
+            steps.append(f"{' '.join(map(str, rest))}>{smallest}")
+            rest.remove(smallest)
+        answer = " ".join(map(str, sorted(nums)))
+        return Problem(f"sort {' '.join(map(str, nums))}=", template("; ".join(steps), answer), answer)
+
+    @staticmethod
+    def same_answer(given: str, expected: str) -> bool:
+        """True when ``given`` lists the numbers of ``expected`` in the same order, separated by whitespace."""
+        got, want = given.split(), expected.split()
+        return len(got) == len(want) and all(
+            g.isascii() and g.isdigit() and g.lstrip("0") == w.lstrip("0") for g, w in zip(got, want)
+        )
+
+
+TASKS = {"addition": Addition, "sorting": Sorting}
+
+
+def get_task(name: str):
+    """A task by family name with its default size: ``get_task("addition")`` is ``Addition(digits=3)``."""
+    return TASKS[one_of("task", name, tuple(TASKS))]()
+
+
+def split_of(prompt: str) -> str:
+    """``"heldout"`` for a fixed ``HELDOUT_PERCENT`` of all prompts (chosen by a CRC32 hash), ``"train"`` otherwise."""
+    return "heldout" if zlib.crc32(prompt.encode()) % 100 < HELDOUT_PERCENT else "train"
+
+
+def make_problems(task, split: str, n: int, seed: int = 0) -> list[Problem]:
+    """``n`` distinct problems of ``split``, the same list for the same task, split, n and seed."""
+    one_of("split", split, SPLITS)
+    if not isinstance(n, int) or n < 0:
+        raise ValueError(f"n must be a non-negative integer, got {n!r}")
+    rng = random.Random(f"{task.name}/{split}/{seed}")
+    problems, seen, draws = [], set(), 0
+    while len(problems) < n:
+        draws += 1
+        if draws > 100 * n + 1000:
+            raise ValueError(f"could not draw {n} distinct {split} problems of {task.name}; ask for fewer")
+        problem = task.draw(rng)
+        if problem.prompt not in seen and split_of(problem.prompt) == split:
+            seen.add(problem.prompt)
+            problems.append(problem)
+    return problems
+
+
+_FORMAT = re.compile(r"<think>(.*)</think><answer>(.*)</answer>", re.DOTALL)
+_TAGS = ("<think>", "</think>", "<answer>", "</answer>")
+
+
+def format_ok(text: str) -> bool:
+    """True when ``text`` is exactly ``<think>...</think><answer>...</answer>``, each tag once, nothing around it."""
+    return _FORMAT.fullmatch(text) is not None and all(text.count(tag) == 1 for tag in _TAGS)
+
+
+def extract_answer(text: str) -> str | None:
+    """What stands between ``<answer>`` and ``</answer>``, or None unless each of the two appears exactly once, in
+    that order. A completion that writes several answers gets none: listing guesses must not earn a reward."""
+    if text.count("<answer>") != 1 or text.count("</answer>") != 1:
+        return None
+    start, end = text.index("<answer>") + len("<answer>"), text.index("</answer>")
+    return text[start:end] if start <= end else None
+
+
+def is_correct(task, problem: Problem, text: str) -> bool:
+    """True when the answer extracted from the completion ``text`` is the problem's answer (format not required)."""
+    given = extract_answer(text)
+    return given is not None and task.same_answer(given, problem.answer)
+
+
+def token_count(completion: str) -> int:
+    """Tokens of ``completion`` under the character tokenizer, counting each tag as one and the closing eos."""
+    for tag in _TAGS:
+        completion = completion.replace(tag, "#")
+    return len(completion) + 1
