@@ -17,6 +17,7 @@ Shapes
 
 from dataclasses import dataclass
 
+import numpy as np
 import torch
 
 from minirl._validate import as_tensor, in_range
@@ -266,6 +267,94 @@ def value_iteration(mdp: MDP, tol: float = 1e-10, max_iters: int = 100_000) -> t
             return Q_new, Q_new.max(-1).values
         Q = Q_new
     raise RuntimeError(f"value_iteration did not reach tol={tol} in max_iters={max_iters}; raise max_iters")
+
+
+@dataclass(frozen=True)
+class QLearningResult:
+    """What ``q_learning`` returns: Q (S, A); visits (S, A), the updates each pair received; snapshots (K, S, A),
+    the table after every ``snapshot_every`` steps, at snapshot_steps (K,)."""
+
+    Q: torch.Tensor
+    visits: torch.Tensor
+    snapshots: torch.Tensor
+    snapshot_steps: torch.Tensor
+
+
+def _greedy_value(q_next) -> float:
+    """max_b Q(s', b): the bootstrap that makes Q-learning learn Q* whatever the behaviour policy."""
+    return q_next.max()
+
+
+def q_learning(
+    mdp: MDP,
+    steps: int = 100_000,
+    *,
+    epsilon: float = 0.2,
+    lr_power: float = 0.7,
+    horizon: int = 50,
+    exploring_starts: bool = True,
+    seed: int = 0,
+    snapshot_every: int = 0,
+) -> QLearningResult:
+    """Tabular Q-learning (Watkins 1989) on transitions sampled from ``mdp`` (notebook 01).
+
+        Q(s,a) <- Q(s,a) + alpha_n [r(s,a) + gamma max_b Q(s',b) - Q(s,a)],    s' ~ P(.|s,a)
+
+    The learner never reads P: it only sees sampled next states, as an agent in an environment would. It acts
+    epsilon-greedily on its current Q (``epsilon=1``: uniformly at random), but its target takes the max, so it learns
+    Q*, the value of the greedy policy, not of the policy it follows (off-policy), as long as every pair keeps being
+    tried. The step size of a pair's n-th update is alpha_n = n^(-lr_power), with lr_power in (0.5, 1]: the
+    polynomial rates of Even-Dar and Mansour 2003 (alpha_n = 1/n converges very slowly when gamma is close to 1).
+
+    An episode ends in a terminal state (whose Q stays 0) or is cut after ``horizon`` steps (a cut is not part of
+    the MDP, so the target still bootstraps). Episodes start in a uniformly random non-terminal state when
+    ``exploring_starts``, else from mu0. The reward of (s, a) is the MDP's expected reward r(s, a), all that Q*
+    depends on. Runs a plain Python loop (a few microseconds per step): keep S and A small.
+    """
+    if not isinstance(steps, int) or steps < 1:
+        raise ValueError(f"steps must be an integer >= 1, got {steps!r}")
+    epsilon = in_range("epsilon", epsilon, 0.0, 1.0)
+    if not 0.5 < lr_power <= 1.0:
+        raise ValueError(f"lr_power must be in (0.5, 1] for the step sizes to converge, got {lr_power!r}")
+    horizon = _check_horizon(horizon)
+    if not isinstance(snapshot_every, int) or snapshot_every < 0:
+        raise ValueError(f"snapshot_every must be an integer >= 0 (0: no snapshots), got {snapshot_every!r}")
+
+    S, A = mdp.n_states, mdp.n_actions
+    cum_P = mdp.P.numpy().cumsum(-1)  # (S, A, S): sample s' by inverting the CDF
+    R, gamma = mdp.R.numpy(), mdp.gamma
+    terminal = np.zeros(S, dtype=bool) if mdp.terminal is None else mdp.terminal.numpy()
+    starts = np.flatnonzero(~terminal)
+    cum_mu0 = mdp.mu0.numpy().cumsum()
+    rng = np.random.default_rng(seed)  # the loop runs on numpy scalars: torch costs ~10x more per tiny op
+    u = rng.random((steps, 3))  # exploration coin, random action, next state; drawn at once for speed
+
+    def start() -> int:
+        if exploring_starts:
+            return int(starts[rng.integers(len(starts))])
+        return min(int(np.searchsorted(cum_mu0, rng.random(), side="right")), S - 1)
+
+    Q, visits = np.zeros((S, A)), np.zeros((S, A), dtype=np.int64)
+    snapshots, snapshot_steps = [], []
+    s, t = start(), 0
+    for k in range(steps):
+        a = int(u[k, 1] * A) if u[k, 0] < epsilon else int(Q[s].argmax())
+        s2 = min(int(np.searchsorted(cum_P[s, a], u[k, 2], side="right")), S - 1)
+        target = R[s, a] + (0.0 if terminal[s2] else gamma * _greedy_value(Q[s2]))
+        visits[s, a] += 1
+        Q[s, a] += visits[s, a] ** -lr_power * (target - Q[s, a])  # TD error times alpha_n
+        s, t = s2, t + 1
+        if terminal[s] or t == horizon:
+            s, t = start(), 0
+        if snapshot_every and (k + 1) % snapshot_every == 0:
+            snapshots.append(Q.copy())
+            snapshot_steps.append(k + 1)
+    return QLearningResult(
+        Q=torch.from_numpy(Q),  # (S, A)
+        visits=torch.from_numpy(visits),
+        snapshots=torch.from_numpy(np.array(snapshots).reshape(-1, S, A)),  # (K, S, A)
+        snapshot_steps=torch.tensor(snapshot_steps, dtype=torch.long),  # (K,)
+    )
 
 
 # --- exact expectations over trajectories ---

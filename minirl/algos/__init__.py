@@ -2,4 +2,4 @@
 ``minirl.algos.<name>.<Name>Config`` and ``minirl.algos.<name>.train(cfg) -> TrainResult`` (``.policy``, ``.history``).
 """
 
-ALGOS = ("reinforce", "ppo", "trpo")
+ALGOS = ("reinforce", "ppo", "trpo", "grpo", "dqn")
