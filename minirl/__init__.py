@@ -1,14 +1,15 @@
 """minirl: a notebook course in policy-gradient RL, from REINFORCE to GRPO, and its reference implementation.
 
 The math lives in ``returns`` (returns, GAE, group advantages) and ``losses`` (policy-gradient, PPO-clip, value
-and entropy losses, KL estimators, loss aggregation); ``tabular`` solves small MDPs exactly; ``algos`` holds one
+and entropy losses, KL estimators, loss aggregation) and ``natural`` (Fisher-vector products, conjugate gradient,
+line search); ``tabular`` solves small MDPs exactly; ``algos`` holds one
 trainer per algorithm on gymnasium tasks; ``lm`` is the language-model half (imported on first use, since it
 loads transformers); ``course`` holds the fast/full switch; ``plotting`` the figures.
 """
 
 import importlib
 
-from minirl import algos, course, losses, plotting, returns, tabular
+from minirl import algos, course, losses, natural, plotting, returns, tabular
 from minirl.course import budget, fast_mode
 from minirl.policies import Policy
 from minirl.rollout import evaluate
@@ -22,6 +23,7 @@ __all__ = [
     "fast_mode",
     "lm",
     "losses",
+    "natural",
     "plotting",
     "returns",
     "tabular",
