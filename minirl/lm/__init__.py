@@ -2,11 +2,12 @@
 
 ``build_tokenizer`` and ``make_model`` build the course's character-level model; ``load`` and ``save`` handle it and
 any Hugging Face causal LM; ``tasks`` holds the verifiable problems; ``sample`` and ``logprobs`` are the policy's
-actions and their log-probs; ``sft`` fine-tunes; ``evaluate`` scores held-out accuracy; ``pretrain`` makes the
+actions and their log-probs; ``sft`` fine-tunes; ``rewards`` and ``grpo`` are
+R1-Zero-style rule-based rewards and the GRPO trainer; ``evaluate`` scores held-out accuracy; ``pretrain`` makes the
 checkpoint at ``PRETRAINED`` that the later notebooks start from.
 """
 
-from minirl.lm import sft, tasks
+from minirl.lm import grpo, rewards, sft, tasks
 from minirl.lm.evaluation import Evaluation, evaluate
 from minirl.lm.model import PRETRAINED, check_vocab, load, make_model, save, tiny_config
 from minirl.lm.pretrain import PretrainConfig, pretrain
@@ -21,10 +22,12 @@ __all__ = [
     "build_tokenizer",
     "check_vocab",
     "evaluate",
+    "grpo",
     "load",
     "logprobs",
     "make_model",
     "pretrain",
+    "rewards",
     "sample",
     "save",
     "sft",

@@ -5,8 +5,10 @@ trailing comment as its help text.
 """
 
 import argparse
+from pathlib import Path
 
 from minirl._options import add_options, config_from
+from minirl.lm import grpo
 from minirl.lm.pretrain import PretrainConfig, pretrain
 
 
@@ -14,8 +16,22 @@ def run_pretrain(args: argparse.Namespace) -> None:
     pretrain(config_from(args, PretrainConfig))
 
 
+def run_grpo(args: argparse.Namespace) -> None:
+    cfg = config_from(args, grpo.GRPOConfig)
+    if cfg.out is None:
+        cfg.out = f"runs/lm-grpo-{cfg.task}-s{cfg.seed}"
+    result = grpo.train(cfg, progress=True)
+    result.history.to_csv(Path(cfg.out) / "history.csv")
+    for ev in result.evals:
+        acc, fmt = ev["heldout_accuracy"], ev["heldout_format"]
+        print(f"step {ev['step']}: held-out greedy accuracy {acc:.1%}, format {fmt:.1%}")
+    print(
+        f"wrote {cfg.out}/model/ (the trained checkpoint), {cfg.out}/trainer.pt (for --resume), {cfg.out}/history.csv"
+    )
+
+
 def register(subparsers) -> None:
-    """Add ``lm`` and its subcommands (``lm pretrain``) to the ``minirl`` command's subparsers."""
+    """Add ``lm`` and its subcommands (``lm pretrain``, ``lm grpo``) to the ``minirl`` command's subparsers."""
     lm = subparsers.add_parser("lm", help="the language-model half of the course")
     commands = lm.add_subparsers(dest="lm_command", required=True)
     parser = commands.add_parser(
@@ -26,3 +42,11 @@ def register(subparsers) -> None:
     )
     add_options(parser, PretrainConfig)
     parser.set_defaults(func=run_pretrain)
+    parser = commands.add_parser(
+        "grpo",
+        help="GRPO with rule-based rewards from a checkpoint (by default the course's pretrained one)",
+        description="GRPO on the language model with rule-based rewards (accuracy; format logged, weighted 0 unless "
+        "--format-weight): writes OUT/model/, OUT/trainer.pt and OUT/history.csv; --resume continues a run.",
+    )
+    add_options(parser, grpo.GRPOConfig)
+    parser.set_defaults(func=run_grpo)
