@@ -156,7 +156,7 @@ def test_cli_train_then_eval(tmp_path, capsys):
 
 # --- learning test and its sabotaged twin ---
 
-BUDGET = 150_000  # env steps; measured on one thread: about 5 s of training (see the issue note)
+BUDGET = 100_000  # env steps, the default; measured on one thread: about 5 s, and seeds 0-4 all evaluate >= 475
 
 
 def grpo_cartpole() -> float:
