@@ -72,7 +72,7 @@ def q_learning_error(name: str) -> tuple[float, float]:
     actions of one state are 0.003 apart in Q*.)
 
     Budget: 200k sampled transitions, uniformly random behaviour (epsilon = 1: Q-learning is off-policy),
-    alpha_n = n^-0.7; about 2 s on one core.
+    alpha_n = n^-0.7; about 1-2 s on one core.
     """
     mdp = MDPS[name]()
     Q_star, V_star = tab.value_iteration(mdp)
@@ -87,7 +87,7 @@ def q_learning_error(name: str) -> tuple[float, float]:
 @pytest.mark.parametrize("name", MDPS)
 def test_q_learning_matches_value_iteration(name):
     rel_err, rel_loss = q_learning_error(name)
-    assert rel_err < 0.03  # measured: 0.3-0.5% on the chain, 1.1-2.2% on the gridworld over seeds 0-2
+    assert rel_err < 0.03  # measured: 0.3-0.5% on the chain, 1.3-2.2% on the gridworld over seeds 0-2
     assert rel_loss < 0.01  # acting greedily on the learnt table is (near) optimal
 
 
