@@ -9,6 +9,7 @@ import dataclasses
 import gymnasium as gym
 import pytest
 import torch
+from _helpers import flat_params
 
 import minirl.algos.ppo as ppo
 import minirl.algos.reinforce as reinforce
@@ -28,16 +29,7 @@ PENDULUM = dict(
 )
 
 
-@pytest.fixture(autouse=True)
-def one_thread():
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
-
-
-def flat_params(policy: Policy) -> torch.Tensor:
-    return torch.cat([p.detach().flatten() for p in policy.state_dict().values()])
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 @pytest.mark.parametrize(

@@ -7,6 +7,7 @@ import gymnasium as gym
 import numpy as np
 import pytest
 import torch
+from _helpers import flat_params
 
 import minirl.algos.dqn as dqn
 from minirl.cli import main
@@ -16,16 +17,7 @@ from minirl.rollout import evaluate
 SMOKE = dict(total_steps=1200, learning_starts=400, batch_size=32, log_every=400, target_update=50)
 
 
-@pytest.fixture(autouse=True)
-def one_thread():
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
-
-
-def flat_params(policy: Policy) -> torch.Tensor:
-    return torch.cat([p.detach().flatten() for p in policy.state_dict().values()])
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 def test_td_target_by_hand():
@@ -55,8 +47,9 @@ def test_replay_buffer_overwrites_the_oldest():
 
 def test_truncation_bootstraps_from_the_final_observation(monkeypatch):
     if "CartPoleShort-v1" not in gym.registry:  # CartPole cut by a time limit after 5 steps
-        gym.register("CartPoleShort-v1", entry_point="gymnasium.envs.classic_control.cartpole:CartPoleEnv",
-                     max_episode_steps=5)
+        gym.register(
+            "CartPoleShort-v1", entry_point="gymnasium.envs.classic_control.cartpole:CartPoleEnv", max_episode_steps=5
+        )
     stored = []  # (obs, next_obs, terminated) of every transition, in order
     real_add = dqn.ReplayBuffer.add
 

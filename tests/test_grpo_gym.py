@@ -6,23 +6,14 @@ import dataclasses
 import numpy as np
 import pytest
 import torch
+from _helpers import flat_params
 
 import minirl.algos.grpo as grpo
 from minirl.cli import main
 from minirl.policies import Policy, spec_for
 from minirl.rollout import evaluate, make_envs
 
-
-@pytest.fixture(autouse=True)
-def one_thread():
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
-
-
-def flat_params(policy: Policy) -> torch.Tensor:
-    return torch.cat([p.detach().flatten() for p in policy.state_dict().values()])
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 def collect(group_size=4, n_groups=3, same_start=True, env_id="CartPole-v1", seed=0):
@@ -147,8 +138,24 @@ def test_bad_config_names_the_problem(change, error, match):
 
 def test_cli_train_then_eval(tmp_path, capsys):
     out = tmp_path / "run"
-    main(["train", "grpo", "--steps", "600", "--group-size", "3", "--n-groups", "2", "--out", str(out),
-          "--eval-episodes", "2", "--loss-agg", "token-mean"])
+    main(
+        [
+            "train",
+            "grpo",
+            "--steps",
+            "600",
+            "--group-size",
+            "3",
+            "--n-groups",
+            "2",
+            "--out",
+            str(out),
+            "--eval-episodes",
+            "2",
+            "--loss-agg",
+            "token-mean",
+        ]
+    )
     assert (out / "policy" / "model.safetensors").exists()
     main(["eval", str(out / "policy"), "--episodes", "2"])
     assert "CartPole-v1" in capsys.readouterr().out

@@ -7,6 +7,7 @@ import dataclasses
 
 import pytest
 import torch
+from _helpers import flat_params
 
 import minirl.algos.trpo as trpo
 from minirl.cli import main
@@ -14,17 +15,7 @@ from minirl.policies import Policy, spec_for
 from minirl.returns import gae
 from minirl.rollout import Collector, evaluate, make_envs
 
-
-@pytest.fixture(autouse=True)
-def one_thread():
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
-
-
-def flat_params(module: torch.nn.Module) -> torch.Tensor:
-    return torch.cat([p.detach().flatten() for p in module.state_dict().values()])
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 def cartpole_batches(cfg: trpo.TRPOConfig, n_batches: int):
@@ -91,8 +82,19 @@ def test_natural_policy_gradient_takes_the_full_step_the_line_search_starts_from
 def test_smoke_run_changes_parameters_and_logs(cfg):
     result = trpo.train(cfg)
     assert len(result.history) == cfg.total_steps // (cfg.num_envs * cfg.n_steps)
-    for key in ("return_mean", "kl", "surrogate_gain", "accepted", "step_fraction", "v_loss", "entropy", "rollout_s",
-                "policy_s", "critic_s", "update_s"):
+    for key in (
+        "return_mean",
+        "kl",
+        "surrogate_gain",
+        "accepted",
+        "step_fraction",
+        "v_loss",
+        "entropy",
+        "rollout_s",
+        "policy_s",
+        "critic_s",
+        "update_s",
+    ):
         assert key in result.history.keys()
     torch.manual_seed(cfg.seed)
     untrained = Policy(result.policy.spec)  # the same seed and spec give the initial parameters
@@ -125,8 +127,21 @@ def test_bad_config_names_the_problem(change, message):
 
 def test_cli_trains_trpo(tmp_path):
     out = tmp_path / "run"
-    main(["train", "trpo", "--steps", "1024", "--cg-iters", "5", "--no-line-search", "--out", str(out),
-          "--eval-episodes", "1"])
+    main(
+        [
+            "train",
+            "trpo",
+            "--steps",
+            "1024",
+            "--cg-iters",
+            "5",
+            "--no-line-search",
+            "--out",
+            str(out),
+            "--eval-episodes",
+            "1",
+        ]
+    )
     rows = list(csv.DictReader(open(out / "history.csv")))
     assert len(rows) == 1 and float(rows[0]["step_fraction"]) == 1.0 and float(rows[0]["line_search_tries"]) == 0
     assert (out / "policy" / "model.safetensors").exists()

@@ -71,3 +71,10 @@ def progress_bar(total_steps: int, enabled: bool, desc: str) -> tqdm:
 def running_mean(values: list[float], window: int = 20) -> float:
     """Mean of the last ``window`` values (NaN when there are none yet)."""
     return float(np.mean(values[-window:])) if values else float("nan")
+
+
+def explained_variance(val: torch.Tensor, ret: torch.Tensor) -> float:
+    """1 - Var(ret - val) / Var(ret): how much of the returns' spread the critic predicts (1 perfect, 0 none,
+    negative worse than a constant); NaN when the returns do not vary."""
+    var_ret = ret.var()
+    return float(1 - (ret - val).var() / var_ret) if var_ret > 0 else float("nan")

@@ -69,7 +69,11 @@ class ReplayBuffer:
     def add(self, obs: torch.Tensor, act: int, rew: float, next_obs: torch.Tensor, terminated: bool) -> None:
         i = self.pos
         self.obs[i], self.act[i], self.rew[i], self.next_obs[i], self.terminated[i] = (
-            obs, act, rew, next_obs, terminated
+            obs,
+            act,
+            rew,
+            next_obs,
+            terminated,
         )
         self.pos = (self.pos + 1) % self.capacity
         self.size = min(self.size + 1, self.capacity)

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from minirl.algos.common import History, TrainResult, progress_bar, running_mean, seed_everything
+from minirl.algos.common import History, TrainResult, explained_variance, progress_bar, running_mean, seed_everything
 from minirl.losses import clip_fraction, entropy, kl, ppo_clip_loss, value_loss
 from minirl.policies import Policy, spec_for
 from minirl.returns import gae
@@ -112,15 +112,13 @@ def train(cfg: PPOConfig, progress: bool = False) -> TrainResult:
         t2 = time.perf_counter()
 
         # --- log ---
-        var_ret = b_ret.var()
-        explained_var = float(1 - (b_ret - b_val).var() / var_ret) if var_ret > 0 else float("nan")
         history.log(
             step=(update + 1) * batch_size,
             return_mean=running_mean(returns),
             episodes=len(returns),
             lr=lr,
             clip=clip_low,
-            explained_var=explained_var,
+            explained_var=explained_variance(b_val, b_ret),
             rollout_s=t1 - t0,
             update_s=t2 - t1,
             **{k: float(np.mean(v)) for k, v in stats.items()},

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 import torch
 from torch.nn.utils import parameters_to_vector, vector_to_parameters
 
-from minirl.algos.common import History, TrainResult, progress_bar, running_mean, seed_everything
+from minirl.algos.common import History, TrainResult, explained_variance, progress_bar, running_mean, seed_everything
 from minirl.losses import value_loss
 from minirl.natural import (
     LineSearchTry,
@@ -190,8 +190,6 @@ def train(cfg: TRPOConfig, progress: bool = False) -> TrainResult:
         t3 = time.perf_counter()
 
         # --- log ---
-        var_ret = b_ret.var()
-        explained_var = float(1 - (b_ret - b_val).var() / var_ret) if var_ret > 0 else float("nan")
         history.log(
             step=(update + 1) * batch_size,
             return_mean=running_mean(returns),
@@ -206,7 +204,7 @@ def train(cfg: TRPOConfig, progress: bool = False) -> TrainResult:
             pg_loss=-step.new_surrogate,
             v_loss=sum(v_losses) / len(v_losses),
             entropy=step.entropy,
-            explained_var=explained_var,
+            explained_var=explained_variance(b_val, b_ret),
             rollout_s=t1 - t0,
             policy_s=t2 - t1,
             critic_s=t3 - t2,
