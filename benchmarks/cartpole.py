@@ -147,7 +147,7 @@ def main() -> None:
         print(rows[-2], rows[-1], flush=True)
 
     write_table(rows, args, profile_update())
-    plot(curves, args)
+    plot(curves, f"PPO on {ENV}, zoo settings, {len(args.seeds)} seeds", "benchmark_cartpole")
 
 
 def profile_update(repeats: int = 1000) -> list[tuple[str, float]]:
@@ -220,18 +220,20 @@ def write_table(rows, args, profile) -> None:
     print("\n".join(lines))
 
 
-def plot(curves, args) -> None:
+def plot(curves: dict, title: str, name: str) -> None:
+    """Learning curves of both libraries (``curves[lib]`` is a list of (steps, returns) per seed), saved as
+    ``figures/<name>.png``."""
     fig, ax = plt.subplots(figsize=(6.5, 3.6))
-    for lib, color in (("minirl", "tab:blue"), ("SB3", "tab:orange")):
-        for i, (steps, rets) in enumerate(curves[lib]):
+    for (lib, runs), color in zip(curves.items(), ("tab:blue", "tab:orange")):
+        for i, (steps, rets) in enumerate(runs):
             ax.plot(steps, rets, color=color, alpha=0.8, lw=1.3, label=lib if i == 0 else None)
     ax.axhline(500, color="gray", ls=":", lw=1)
     ax.set_xlabel("environment steps")
     ax.set_ylabel("return (mean of last 20 episodes)")
-    ax.set_title(f"PPO on {ENV}, zoo settings, {len(args.seeds)} seeds")
+    ax.set_title(title)
     ax.legend()
     ax.grid(alpha=0.3)
-    save_figure(fig, "benchmark_cartpole")
+    save_figure(fig, name)
 
 
 if __name__ == "__main__":

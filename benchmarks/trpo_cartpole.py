@@ -21,14 +21,12 @@ import matplotlib
 import torch
 
 matplotlib.use("Agg")
-import matplotlib.pyplot as plt
 from _stamp import RESULTS, stamp
-from cartpole import Curve, evaluate_sb3
+from cartpole import Curve, evaluate_sb3, plot
 from sb3_contrib import TRPO
 from stable_baselines3.common.env_util import make_vec_env
 
 from minirl.algos import trpo
-from minirl.plotting import save_figure
 from minirl.rollout import evaluate
 
 ENV = "CartPole-v1"
@@ -115,7 +113,7 @@ def main() -> None:
 
     profile = minirl_profile(args.steps) if args.profile else None
     write_table(rows, args, profile)
-    plot(curves, args)
+    plot(curves, f"TRPO on {ENV}, zoo settings, {len(args.seeds)} seeds", "benchmark_trpo_cartpole")
 
 
 def minirl_profile(steps: int) -> str:
@@ -166,20 +164,6 @@ def write_table(rows, args, profile: str | None) -> None:
     RESULTS.mkdir(exist_ok=True)
     (RESULTS / "trpo_cartpole.md").write_text("\n".join(lines) + "\n")
     print("\n".join(lines))
-
-
-def plot(curves, args) -> None:
-    fig, ax = plt.subplots(figsize=(6.5, 3.6))
-    for lib, color in (("minirl", "tab:blue"), ("sb3-contrib", "tab:orange")):
-        for i, (steps, rets) in enumerate(curves[lib]):
-            ax.plot(steps, rets, color=color, alpha=0.8, lw=1.3, label=lib if i == 0 else None)
-    ax.axhline(500, color="gray", ls=":", lw=1)
-    ax.set_xlabel("environment steps")
-    ax.set_ylabel("return (mean of last 20 episodes)")
-    ax.set_title(f"TRPO on {ENV}, zoo settings, {len(args.seeds)} seeds")
-    ax.legend()
-    ax.grid(alpha=0.3)
-    save_figure(fig, "benchmark_trpo_cartpole")
 
 
 if __name__ == "__main__":
