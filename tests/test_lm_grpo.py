@@ -94,7 +94,9 @@ def test_the_loss_reads_zero_but_its_gradient_is_the_policy_gradient():
 
 def test_smoke_run_changes_the_parameters_and_logs_everything(tiny):
     before = {k: v.clone() for k, v in grpo.load(tiny, device="cpu")[0].state_dict().items()}
-    result = grpo.train(tiny_cfg(tiny, accuracy_weight=0.0, iterations=2, beta=0.1), reward_fn=length_reward)
+    seen = []
+    cfg = tiny_cfg(tiny, accuracy_weight=0.0, iterations=2, beta=0.1)
+    result = grpo.train(cfg, reward_fn=length_reward, on_batch=lambda *batch: seen.append(batch))
     after = result.model.state_dict()
     assert any(not torch.equal(before[k], after[k]) for k in before)
     assert len(result.history) == 2 and result.tokenizer is not None
@@ -103,6 +105,10 @@ def test_smoke_run_changes_the_parameters_and_logs_everything(tiny):
                 "kl_ref", "clip_frac", "entropy", "zero_var_groups", "sample_s", "train_s"):  # fmt: skip
         assert key in row and math.isfinite(row[key]), key
     assert row["kl_ref"] >= 0 and row["reward_accuracy"] == 0.0 and row["reward"] == row["reward_user"]
+    assert math.isnan(row["length_correct"]) and row["length_wrong"] == row["length"]  # a random model: all wrong
+    assert [b[0] for b in seen] == [1, 2]  # on_batch sees each step's prompts, completions and rewards
+    step, prompts, completions, rewards = seen[-1]
+    assert len(prompts) == len(completions) == 8 and rewards["reward"].tolist() == length_reward(0, completions, 0)
 
 
 def test_resume_continues_with_identical_parameters(tiny, tmp_path):

@@ -15,6 +15,17 @@ def test_addition_trace_by_hand():
     assert Addition(2).solve(99, 99).completion == "<think>9+9=18 c1 9+9+1=19 c1</think><answer>198</answer>"
 
 
+def test_plain_addition_has_the_same_trace_without_tags():
+    plain, tagged = tasks.get_task("addition-plain"), Addition(3)
+    assert plain.solve(347, 585) == Problem("347+585=", "7+5=12 c1 4+8+1=13 c1 3+5+1=9 c0 so 932", "932")
+    for p in make_problems(plain, "train", 50):
+        q = tagged.solve(*map(int, p.prompt[:-1].split("+")))
+        retagged = "<think>" + p.completion.replace(" so ", "</think><answer>") + "</answer>"
+        assert q.prompt == p.prompt and q.completion == retagged
+        assert plain.plain_answer(p.completion) == p.answer and extract_answer(p.completion) is None
+    assert plain.plain_answer("7+5=12 c1") is None and plain.plain_answer("so 1 so 22") == "22"
+
+
 @pytest.mark.parametrize("digits", [1, 2, 3, 4])
 def test_addition_traces_are_arithmetic(digits):
     """Every step of every trace is a true sum, and carries chain from one column to the next."""

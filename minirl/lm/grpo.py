@@ -26,6 +26,7 @@ import random
 import shutil
 import tempfile
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -48,7 +49,7 @@ class GRPOConfig:
     on 2 CPU cores (16 prompts x 8 completions, temperature 1, one iteration, lr 1e-4, beta 0)."""
 
     model: str = str(PRETRAINED)  # checkpoint folder or hub name to start from (and the frozen reference, beta > 0)
-    task: str = "addition"  # task family of minirl.lm.tasks: addition (3 digits) or sorting (4 numbers)
+    task: str = "addition"  # task family of minirl.lm.tasks: addition (3 digits), sorting, addition-plain
     steps: int = 200  # GRPO steps; each samples B = prompts_per_step * group_size completions and trains on them
     prompts_per_step: int = 16  # N questions per step, fresh training problems each step
     group_size: int = 8  # G completions per question (Shao et al. 2024 used 64); >= 2, a group of one has no baseline
@@ -189,11 +190,18 @@ def save_checkpoint(path: Path, model, tokenizer, optimizer, step: int, history:
     return path
 
 
-def train(cfg: GRPOConfig, progress: bool = False, reward_fn: rw.RewardFn | None = None) -> GRPOResult:
+def train(
+    cfg: GRPOConfig,
+    progress: bool = False,
+    reward_fn: rw.RewardFn | None = None,
+    on_batch: Callable[[int, list[str], list[str], dict[str, torch.Tensor]], None] | None = None,
+) -> GRPOResult:
     """Run GRPO from ``cfg.model`` for ``cfg.steps`` steps; returns ``.model``, ``.tokenizer``, ``.history``.
 
     ``reward_fn(prompts, completions, answers) -> (B,)`` adds a reward of your own with weight 1 (logged as
-    "reward_user"). With ``cfg.out`` and ``cfg.resume``, training continues from the checkpoint there.
+    "reward_user"). ``on_batch(step, prompts, completions, rewards)`` sees every scored batch (``rewards`` maps
+    "reward", the total, and each part's name to a (B,) tensor), for looking at the traces as they change.
+    With ``cfg.out`` and ``cfg.resume``, training continues from the checkpoint there.
     """
     check_config(cfg)
     if cfg.threads:
@@ -231,6 +239,8 @@ def train(cfg: GRPOConfig, progress: bool = False, reward_fn: rw.RewardFn | None
         smp = sample(model, tokenizer, prompts, max_new, temperature=cfg.temperature, generator=generator)
         rew, values = rw.score(parts, prompts, smp.text, answers)  # (B,), {name: (B,)}
         t1 = time.perf_counter()
+        if on_batch is not None:
+            on_batch(step + 1, prompts, smp.text, {"reward": rew, **values})
 
         # --- advantages: compare each completion with its group ---
         adv = group_advantages(rew, G, cfg.scale).to(device)  # (B,)
@@ -283,13 +293,16 @@ def train(cfg: GRPOConfig, progress: bool = False, reward_fn: rw.RewardFn | None
 
         # --- log ---
         cmask = smp.completion_mask
+        lengths, right = cmask.sum(1).float().cpu(), values["accuracy"] > 0  # (B,), (B,)
         row = {
             "step": step + 1,
             "reward": rew.mean().item(),
             **{f"reward_{name}": v.mean().item() for name, v in values.items()},
             "accuracy": values["accuracy"].mean().item(),
             "format_rate": values["format"].mean().item(),
-            "length": cmask.sum(1).float().mean().item(),  # completion tokens, eos included
+            "length": lengths.mean().item(),  # completion tokens, eos included
+            "length_correct": lengths[right].mean().item() if right.any() else math.nan,
+            "length_wrong": lengths[~right].mean().item() if not right.all() else math.nan,
             "truncated": smp.truncated.float().mean().item(),
             "entropy": -(smp.logp.sum() / cmask.sum()).item(),  # sample estimate of the per-token entropy at T
             "zero_var_groups": zero_var.float().mean().item(),

@@ -28,7 +28,7 @@ class PretrainConfig:
     """Everything that decides the checkpoint. Each field is an option of ``minirl lm pretrain``."""
 
     out: str = "checkpoints/tiny-adder"  # folder to write the checkpoint into (replaced atomically)
-    task: str = "addition"  # task family: addition (3 digits) or sorting (4 numbers)
+    task: str = "addition"  # task family: addition (3 digits), sorting (4 numbers), addition-plain (no tags)
     pool_size: int = 800  # distinct training problems, seen again every epoch; a small pool slows learning down
     steps: int = 300  # optimizer steps, the only stopping rule
     batch_size: int = 32  # problems per step

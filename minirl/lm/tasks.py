@@ -6,7 +6,8 @@ inside ``<answer>...</answer>``, the template DeepSeek-R1 was trained to follow:
     347+585=<think>7+5=12 c1 4+8+1=13 c1 3+5+1=9 c0</think><answer>932</answer>
 
 A task is any object with ``name``, ``max_new_tokens``, ``draw(rng) -> Problem`` and
-``same_answer(given, expected) -> bool``; two families ship here, :class:`Addition` and :class:`Sorting`.
+``same_answer(given, expected) -> bool``; two families ship here, :class:`Addition` and :class:`Sorting`, and
+:class:`PlainAddition`, the same sums written without the tags (a model that never saw them, for notebook 11).
 
 Train and held-out splits are fixed by a hash of the prompt, not by the seed: a problem is held out for every seed
 or for none, so no train set ever shares a problem with any held-out set. Extraction and checking take any string
@@ -108,7 +109,29 @@ class Sorting:
         )
 
 
-TASKS = {"addition": Addition, "sorting": Sorting}
+class PlainAddition(Addition):
+    """:class:`Addition` without the R1 tags: ``347+585=`` -> ``7+5=12 c1 4+8+1=13 c1 3+5+1=9 c0 so 932``.
+
+    A model trained on it never saw ``<think>`` or ``<answer>``, so the tag-based rewards and evaluation score it 0;
+    ``plain_answer`` reads the number after the last `` so ``.
+    """
+
+    def __init__(self, digits: int = 3):
+        super().__init__(digits)
+        self.name = f"addition{digits}-plain"
+
+    def solve(self, a: int, b: int) -> Problem:
+        tagged = super().solve(a, b)
+        trace = tagged.completion[len("<think>") : tagged.completion.index("</think>")]
+        return Problem(tagged.prompt, f"{trace} so {tagged.answer}", tagged.answer)
+
+    @staticmethod
+    def plain_answer(text: str) -> str | None:
+        """The text after the last `` so `` (None when there is none): the answer of a plain completion."""
+        return text.rsplit(" so ", 1)[1] if " so " in text else None
+
+
+TASKS = {"addition": Addition, "sorting": Sorting, "addition-plain": PlainAddition}
 
 
 def get_task(name: str):
