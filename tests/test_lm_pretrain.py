@@ -9,7 +9,7 @@ import torch
 from safetensors.torch import load_file
 
 from minirl._options import add_options, config_from, field_comments
-from minirl.lm import PRETRAINED, PretrainConfig, build_tokenizer, evaluate, load, make_model, pretrain, tasks
+from minirl.lm import PRETRAINED, PretrainConfig, build_tokenizer, evaluate, load, make_model, pretrain, sample, tasks
 from minirl.lm.cli import register
 
 TINY = dict(
@@ -82,3 +82,18 @@ def test_add_options_handles_every_field_type():
     assert config_from(root.parse_args(["--flag", "--rate", "2"]), Demo) == Demo(flag=True, rate=2.0)
     assert config_from(root.parse_args(["--no-flag"]), Demo) == Demo()
     assert field_comments(Demo) == {"flag": "switch it on", "rate": "a rate"}
+
+
+def test_committed_plain_checkpoint_never_saw_the_tags():
+    """tiny-adder-plain: same size and config as tiny-adder, trained on tag-free sums, right often when read plainly."""
+    path = PRETRAINED.parent / "tiny-adder-plain"
+    model, tok = load(path, device="cpu")
+    meta = json.loads((path / "minirl.json").read_text())
+    assert meta["config"]["task"] == "addition-plain" and meta["parameters"] == 866_432
+    task = tasks.get_task("addition-plain")
+    held = tasks.make_problems(task, "heldout", 100)
+    texts = sample(model, tok, [p.prompt for p in held], task.max_new_tokens, greedy=True).text
+    assert not any(tag in text for text in texts for tag in tasks._TAGS)
+    right = [task.plain_answer(t) is not None and task.same_answer(task.plain_answer(t), p.answer)
+             for t, p in zip(texts, held)]  # fmt: skip
+    assert sum(right) >= 30
