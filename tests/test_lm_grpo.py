@@ -79,6 +79,42 @@ def test_loss_matches_the_loop_reference(loss_agg, beta, clip_high):
     assert logp.grad[~mask].abs().max() == 0 and logp.grad[mask].abs().max() > 0  # padding gets no gradient
 
 
+@pytest.mark.parametrize("loss_agg", LOSS_AGGS)
+def test_rows_without_advantage_can_be_skipped(loss_agg):
+    """With beta = 0, the loss of the rows with A_i != 0, times their share of the denominator, is the loss of all."""
+    gen = torch.Generator().manual_seed(1)
+    B, C = 8, 6
+    old_logp = -torch.rand(B, C, generator=gen) * 3
+    logp = (old_logp + 0.3 * torch.randn(B, C, generator=gen)).requires_grad_()
+    adv = torch.tensor([0.0, 1.2, -0.4, 0.0, 0.0, 0.7, -1.5, 0.0])  # (B,) half the rows carry no signal
+    mask = torch.arange(C)[None, :] < torch.tensor([6, 2, 5, 1, 3, 6, 4, 2])[:, None]  # (B, C)
+    full = grpo.grpo_loss(logp, old_logp, adv, mask, loss_agg=loss_agg, max_len=9)
+    (g_full,) = torch.autograd.grad(full, logp)
+    live = adv != 0
+    share = grpo.denominator_share(mask, live, loss_agg)
+    part = share * grpo.grpo_loss(logp[live], old_logp[live], adv[live], mask[live], loss_agg=loss_agg, max_len=9)
+    (g_part,) = torch.autograd.grad(part, logp)
+    assert part.item() == pytest.approx(full.item(), rel=1e-6, abs=1e-9)
+    assert torch.allclose(g_part, g_full, atol=1e-7) and g_full[~live].abs().max() == 0
+
+
+def test_skipping_silent_rows_gives_the_update_of_the_full_batch(tiny):
+    """One step with beta = 0 (rows with A_i = 0 skipped) equals one step with beta > 0 (every row computed): at the
+    first step the policy is the reference, so k3 and its gradient are exactly 0."""
+
+    def half_silent(prompts, completions, answers):  # all-equal rewards for even answers, a spread for odd ones
+        return [0.0 if int(a) % 2 == 0 else float(len(c)) for c, a in zip(completions, answers)]
+
+    kw = dict(steps=1, prompts_per_step=6, accuracy_weight=0.0, loss_agg="token-mean")  # its loss is not ~0 at ratio 1
+    runs = [grpo.train(tiny_cfg(tiny, beta=beta, **kw), reward_fn=half_silent) for beta in (0.0, 0.5)]
+    skipped, computed = (r.history.rows[-1] for r in runs)
+    assert 0 < skipped["zero_var_groups"] < 1 and skipped["rows_computed"] < skipped["rows_trained"] == 24
+    assert computed["rows_computed"] == 24
+    assert abs(computed["loss"]) > 1e-3 and skipped["loss"] == pytest.approx(computed["loss"], rel=1e-5)
+    for a, b in zip(runs[0].model.parameters(), runs[1].model.parameters()):
+        assert torch.allclose(a, b, atol=1e-6)
+
+
 def test_the_loss_reads_zero_but_its_gradient_is_the_policy_gradient():
     """One iteration: ratio = 1, advantages zero-mean per group, so the loss is ~0; its gradient is -A_i / |o_i|."""
     gen = torch.Generator().manual_seed(1)

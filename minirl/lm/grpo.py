@@ -13,6 +13,10 @@ with k3 = pi_ref/pi_theta - 1 - log(pi_ref/pi_theta) per token (Eq. 4). ``loss_a
 "seq-mean-token-mean" is the paper's 1/G sum_i 1/|o_i| sum_t; "token-mean" weighs every token alike (DAPO, Yu et al.
 2025); "seq-mean-token-sum-norm" divides by G * max_new_tokens, a constant (Dr. GRPO, Liu et al. 2025).
 
+A group whose rewards are all equal has A_i = 0 on every row, and with beta = 0 such rows add exactly nothing to the
+loss or its gradient; the trainer leaves them out of the forward and backward passes and keeps the denominators of
+the whole batch (``denominator_share``), so the update is the same and a step gets cheaper as more groups agree.
+
 Shapes
     N   prompts per step (``prompts_per_step``)
     G   completions per prompt (``group_size``); B = N * G rows, each group's G rows consecutive
@@ -148,6 +152,21 @@ def grpo_loss(
     return aggregate(loss, mask, loss_agg, max_len)
 
 
+def denominator_share(cmask: torch.Tensor, live: torch.Tensor, loss_agg: str) -> float:
+    """The part of ``aggregate``'s denominator that the ``live`` rows hold: their tokens' share for "token-mean",
+    their share of the rows for the other modes.
+
+    Args:
+        cmask: (B', C) completion mask of all rows in the loss.
+        live: (B',) bool, the rows that go through the forward pass.
+
+    When the other rows add exactly 0 to the summed loss, ``share * aggregate(live rows)`` equals ``aggregate(all)``.
+    """
+    if loss_agg == "token-mean":
+        return (cmask[live].sum() / cmask.sum()).item()
+    return live.float().mean().item()
+
+
 def draw_problems(task, n: int, seed: int, step: int) -> list[Problem]:
     """``n`` training problems for ``step``, the same for the same (seed, step), as a resumed run needs."""
     rng = random.Random(f"grpo/{task.name}/{seed}/{step}")
@@ -251,43 +270,56 @@ def train(
             keep &= ~zero_var.repeat_interleave(G)
         if cfg.mask_truncated:
             keep &= ~smp.truncated.cpu()
-        rows = keep.nonzero().flatten().to(device)  # (B',)
+        rows = keep.nonzero().flatten().to(device)  # (B',) rows in the loss
+        # With beta = 0 a row whose advantage is 0 (every row of an all-equal group) adds exactly 0 to the loss and to
+        # its gradient. Such rows skip the forward and backward passes, and the other rows' loss is scaled by their
+        # share of the denominator: the loss and gradient of all B' rows, for less compute once most groups agree.
+        live, share = rows, 1.0
+        if cfg.beta == 0 and len(rows):
+            has_signal = adv[rows] != 0  # (B',)
+            live, share = rows[has_signal], denominator_share(smp.completion_mask[rows], has_signal, cfg.loss_agg)
         P = smp.prompt_ids.shape[1]
-        b_ids, b_mask = smp.ids[rows], smp.mask[rows]  # (B', L)
-        b_cmask, b_old_logp, b_adv = smp.completion_mask[rows], smp.logp[rows], adv[rows]  # (B', C), (B', C), (B',)
+        b_ids, b_mask = smp.ids[live], smp.mask[live]  # (B'', L)
+        b_cmask, b_old_logp, b_adv = smp.completion_mask[live], smp.logp[live], adv[live]  # (B'', C), (B'', C), (B'',)
         b_ref_logp = None
-        if ref_model is not None and len(rows):
+        if ref_model is not None and len(live):
             with torch.no_grad():
-                b_ref_logp = logprobs(ref_model, b_ids, b_mask, cfg.temperature)[:, P:]  # (B', C)
+                b_ref_logp = logprobs(ref_model, b_ids, b_mask, cfg.temperature)[:, P:]  # (B'', C)
 
         # --- update: mu gradient steps on the batch, reusing the old log-probs ---
         stats = {"loss": [], "clip_frac": [], "kl_ref": [], "kl_old": []}
         model.train()
         for _ in range(cfg.iterations if len(rows) else 0):  # nothing kept: no update this step
-            logp = logprobs(model, b_ids, b_mask, cfg.temperature)[:, P:]  # (B', C)
-            loss = grpo_loss(
-                logp,
-                b_old_logp,
-                b_adv,
-                b_cmask,
-                b_ref_logp,
-                cfg.beta,
-                cfg.clip_low,
-                cfg.clip_high,
-                cfg.loss_agg,
-                max_new,
-            )
             optimizer.zero_grad(set_to_none=True)
-            loss.backward()
+            if not len(live):  # every advantage is 0: a zero gradient, on which AdamW still applies its momentum
+                for p in model.parameters():
+                    p.grad = torch.zeros_like(p)
+                stats["loss"].append(0.0)
+            else:
+                logp = logprobs(model, b_ids, b_mask, cfg.temperature)[:, P:]  # (B'', C)
+                loss = share * grpo_loss(
+                    logp,
+                    b_old_logp,
+                    b_adv,
+                    b_cmask,
+                    b_ref_logp,
+                    cfg.beta,
+                    cfg.clip_low,
+                    cfg.clip_high,
+                    cfg.loss_agg,
+                    max_new,
+                )
+                loss.backward()
             torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.max_grad_norm)
             optimizer.step()
-            with torch.no_grad():
-                stats["loss"].append(loss.item())
-                frac = clip_fraction(logp, b_old_logp, cfg.clip_low, cfg.clip_high)  # (B', C)
-                stats["clip_frac"].append(aggregate(frac, b_cmask, "token-mean").item())
-                stats["kl_old"].append(aggregate(kl(b_old_logp, logp, "k3"), b_cmask, "token-mean").item())
-                if b_ref_logp is not None:
-                    stats["kl_ref"].append(aggregate(kl(logp, b_ref_logp, "k3"), b_cmask, "token-mean").item())
+            if len(live):
+                with torch.no_grad():
+                    stats["loss"].append(loss.item())
+                    frac = clip_fraction(logp, b_old_logp, cfg.clip_low, cfg.clip_high)  # (B'', C)
+                    stats["clip_frac"].append(aggregate(frac, b_cmask, "token-mean").item())
+                    stats["kl_old"].append(aggregate(kl(b_old_logp, logp, "k3"), b_cmask, "token-mean").item())
+                    if b_ref_logp is not None:
+                        stats["kl_ref"].append(aggregate(kl(logp, b_ref_logp, "k3"), b_cmask, "token-mean").item())
         model.eval()
         t2 = time.perf_counter()
 
@@ -306,7 +338,8 @@ def train(
             "truncated": smp.truncated.float().mean().item(),
             "entropy": -(smp.logp.sum() / cmask.sum()).item(),  # sample estimate of the per-token entropy at T
             "zero_var_groups": zero_var.float().mean().item(),
-            "rows_trained": float(len(rows)),
+            "rows_trained": float(len(rows)),  # rows in the loss
+            "rows_computed": float(len(live)),  # rows through the forward and backward passes
             "sample_s": t1 - t0,
             "train_s": t2 - t1,
             **{k: sum(v) / len(v) if v else math.nan for k, v in stats.items()},
