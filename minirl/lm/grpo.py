@@ -291,11 +291,7 @@ def train(
         model.train()
         for _ in range(cfg.iterations if len(rows) else 0):  # nothing kept: no update this step
             optimizer.zero_grad(set_to_none=True)
-            if not len(live):  # every advantage is 0: a zero gradient, on which AdamW still applies its momentum
-                for p in model.parameters():
-                    p.grad = torch.zeros_like(p)
-                stats["loss"].append(0.0)
-            else:
+            if len(live):
                 logp = logprobs(model, b_ids, b_mask, cfg.temperature)[:, P:]  # (B'', C)
                 loss = share * grpo_loss(
                     logp,
@@ -310,16 +306,21 @@ def train(
                     max_new,
                 )
                 loss.backward()
+            else:  # every advantage is 0: a zero gradient, on which AdamW still applies its momentum
+                for p in model.parameters():
+                    p.grad = torch.zeros_like(p)
             torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.max_grad_norm)
             optimizer.step()
-            if len(live):
-                with torch.no_grad():
-                    stats["loss"].append(loss.item())
-                    frac = clip_fraction(logp, b_old_logp, cfg.clip_low, cfg.clip_high)  # (B'', C)
-                    stats["clip_frac"].append(aggregate(frac, b_cmask, "token-mean").item())
-                    stats["kl_old"].append(aggregate(kl(b_old_logp, logp, "k3"), b_cmask, "token-mean").item())
-                    if b_ref_logp is not None:
-                        stats["kl_ref"].append(aggregate(kl(logp, b_ref_logp, "k3"), b_cmask, "token-mean").item())
+            if not len(live):
+                stats["loss"].append(0.0)
+                continue
+            with torch.no_grad():
+                stats["loss"].append(loss.item())
+                frac = clip_fraction(logp, b_old_logp, cfg.clip_low, cfg.clip_high)  # (B'', C)
+                stats["clip_frac"].append(aggregate(frac, b_cmask, "token-mean").item())
+                stats["kl_old"].append(aggregate(kl(b_old_logp, logp, "k3"), b_cmask, "token-mean").item())
+                if b_ref_logp is not None:
+                    stats["kl_ref"].append(aggregate(kl(logp, b_ref_logp, "k3"), b_cmask, "token-mean").item())
         model.eval()
         t2 = time.perf_counter()
 

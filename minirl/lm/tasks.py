@@ -66,7 +66,9 @@ class Addition:
             carry = total // 10
             steps.append(f"{lhs}={total} c{carry}")
         answer = str(a + b)
-        return Problem(f"{a}+{b}=", template(" ".join(steps), answer), answer)
+        return Problem(f"{a}+{b}=", self.write(" ".join(steps), answer), answer)
+
+    write = staticmethod(template)  # how a trace and an answer become the completion: the R1 template
 
     @staticmethod
     def same_answer(given: str, expected: str) -> bool:
@@ -120,10 +122,10 @@ class PlainAddition(Addition):
         super().__init__(digits)
         self.name = f"addition{digits}-plain"
 
-    def solve(self, a: int, b: int) -> Problem:
-        tagged = super().solve(a, b)
-        trace = tagged.completion[len("<think>") : tagged.completion.index("</think>")]
-        return Problem(tagged.prompt, f"{trace} so {tagged.answer}", tagged.answer)
+    @staticmethod
+    def write(think: str, answer: str) -> str:
+        """The trace, then `` so `` and the answer, no tags."""
+        return f"{think} so {answer}"
 
     @staticmethod
     def plain_answer(text: str) -> str | None:
