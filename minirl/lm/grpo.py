@@ -37,7 +37,7 @@ from pathlib import Path
 import torch
 from tqdm.auto import tqdm
 
-from minirl.algos.common import History
+from minirl.history import History
 from minirl.lm import rewards as rw
 from minirl.lm.evaluation import evaluate
 from minirl.lm.model import PRETRAINED, load, save
