@@ -6,6 +6,8 @@ VENV := .venv
 BIN := $(VENV)/bin
 # The CPU wheel on the course machines; elsewhere `make test TORCH=torch` takes your platform's build.
 TORCH ?= torch==2.13.0
+# torch's idle threads sleep instead of spinning, so a busy laptop does not make them crawl (minirl/course.py).
+export OMP_WAIT_POLICY ?= PASSIVE
 
 .PHONY: venv lab test full clean
 
@@ -13,7 +15,8 @@ $(BIN)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	$(BIN)/python -m pip install --quiet "$(TORCH)" -e ".[dev]"
-	$(BIN)/python -m ipykernel install --sys-prefix --name minirl --display-name "Python (minirl)"
+	$(BIN)/python -m ipykernel install --sys-prefix --name minirl --display-name "Python (minirl)" \
+		--env OMP_WAIT_POLICY PASSIVE
 	touch $@
 
 venv: $(BIN)/.installed

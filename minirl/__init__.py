@@ -9,7 +9,8 @@ loads transformers); ``course`` holds the fast/full switch; ``plotting`` the fig
 
 import importlib
 
-from minirl import algos, course, losses, natural, plotting, returns, tabular
+from minirl import course  # isort: skip  (first: it sets how torch threads wait, before torch is imported)
+from minirl import algos, losses, natural, plotting, returns, tabular
 from minirl.course import budget, fast_mode
 from minirl.policies import Policy
 from minirl.rollout import evaluate
