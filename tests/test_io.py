@@ -93,7 +93,8 @@ def test_a_foreign_folder_is_never_replaced_or_claimed(tmp_path):
         _io.write_folder(mine, fill_with(1), MARKER)
     with pytest.raises(FileExistsError, match="chapter1.tex"):
         _io.claim_folder(mine)
-    assert [p.name for p in mine.iterdir()] == ["chapter1.tex"] and (mine / "chapter1.tex").read_text() == "years of work"
+    assert [p.name for p in mine.iterdir()] == ["chapter1.tex"]
+    assert (mine / "chapter1.tex").read_text() == "years of work"
     assert oct(mine.stat().st_mode & 0o777) != "0o700"
     (tmp_path / "file").write_text("x")
     with pytest.raises(NotADirectoryError):
@@ -124,7 +125,8 @@ def test_optimizer_state_round_trips_without_pickle(tmp_path):
     twin = torch.nn.Sequential(torch.nn.Linear(3, 4), torch.nn.Tanh(), torch.nn.Linear(4, 1))
     twin.load_state_dict(model.state_dict())
     opt2 = torch.optim.AdamW(twin.parameters(), lr=0.5)
-    _io.load_optimizer_state(opt2, load_file(tmp_path / "opt.safetensors"), json.loads((tmp_path / "opt.json").read_text()))
+    meta = json.loads((tmp_path / "opt.json").read_text())
+    _io.load_optimizer_state(opt2, load_file(tmp_path / "opt.safetensors"), meta)
     assert opt2.param_groups[0]["lr"] == 1e-3  # the saved learning rate, not the new optimizer's
     x = torch.randn(5, 3)
     for m, o in ((model, opt), (twin, opt2)):  # one more step on each: identical parameters
