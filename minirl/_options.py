@@ -4,7 +4,8 @@ annotation, with the field's trailing ``# comment`` as help. Shared by ``minirl 
 import argparse
 import dataclasses
 import inspect
-import re
+import io
+import tokenize
 import types
 import typing
 
@@ -12,9 +13,20 @@ ALIASES = {"env_id": ["--env"], "total_steps": ["--steps"]}
 
 
 def field_comments(cls: type) -> dict[str, str]:
-    """The trailing ``# comment`` of each field line in the dataclass source."""
-    pattern = re.compile(r"^\s+(\w+):[^#]*#\s*(.+)$")
-    return {m[1]: m[2].strip() for line in inspect.getsource(cls).splitlines() if (m := pattern.match(line))}
+    """The trailing ``# comment`` of each field line in the dataclass source.
+
+    Read with the ``tokenize`` module rather than a regular expression, so a ``#`` inside a default string
+    (``sep: str = "#"  # separator``) is part of the string, not the start of the comment.
+    """
+    names = {f.name for f in dataclasses.fields(cls)}
+    comments, first = {}, {}  # field -> comment; line number -> first name token on that line
+    for tok in tokenize.generate_tokens(io.StringIO(inspect.getsource(cls)).readline):
+        line = tok.start[0]
+        if tok.type == tokenize.NAME and line not in first:
+            first[line] = tok.string
+        elif tok.type == tokenize.COMMENT and first.get(line) in names:
+            comments[first[line]] = tok.string.lstrip("#").strip()
+    return comments
 
 
 def add_options(parser: argparse.ArgumentParser, cls: type) -> None:

@@ -11,9 +11,6 @@ A checkpoint is a folder with ``model.safetensors`` (the weights and normalisati
 
 import json
 import math
-import os
-import shutil
-import tempfile
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -22,6 +19,8 @@ import numpy as np
 import torch
 from safetensors.torch import load_file, save_file
 from torch import nn
+
+from minirl._io import recover_folder, write_folder
 
 
 @dataclass(frozen=True)
@@ -53,6 +52,12 @@ def spec_for(env: gym.Env | gym.vector.VectorEnv, **options) -> PolicySpec:
         f"action space {act_space} is not supported: minirl policies act in Discrete(n) or a 1-D Box; "
         "wrap the env (e.g. gymnasium.wrappers.FlattenObservation does this for observations) or pick another task"
     )
+
+
+def describe(spec: PolicySpec) -> str:
+    """The spaces a spec fits, in words: ``observations of size 4 and 2 discrete actions``."""
+    kind = f"{spec.act_dim} discrete actions" if spec.discrete else f"continuous actions of size {spec.act_dim}"
+    return f"observations of size {spec.obs_dim} and {kind}"
 
 
 def obs_size(space: gym.Space) -> int:
@@ -99,6 +104,24 @@ class Policy(nn.Module):
         self.register_buffer("obs_count", torch.tensor(1e-4))
 
     # --- observations ---
+    def check_env(self, env: gym.Env | gym.vector.VectorEnv, env_id: str = "the env") -> None:
+        """Raise unless ``env``'s spaces are the ones this policy was built for, naming both."""
+        theirs, ours = spec_for(env), self.spec
+        if (theirs.obs_dim, theirs.act_dim, theirs.discrete) != (ours.obs_dim, ours.act_dim, ours.discrete):
+            raise ValueError(
+                f"this policy was built for {describe(self.spec)}, but {env_id} has {describe(theirs)}; "
+                "evaluate it on the env it was trained on (its config.json records env_id) or train one for this env"
+            )
+
+    def check_obs(self, obs: torch.Tensor) -> None:
+        """Raise unless ``obs`` is a batch (B, D) of this policy's observation size D."""
+        if obs.dim() != 2 or obs.shape[1] != self.spec.obs_dim:
+            raise ValueError(
+                f"this policy takes a batch of observations of shape (B, {self.spec.obs_dim}), got "
+                f"{tuple(obs.shape)}: is the env the one it was trained on? (minirl.rollout.to_obs_tensor batches "
+                "and flattens an env's observations)"
+            )
+
     def normalize(self, obs: torch.Tensor) -> torch.Tensor:
         """(B, D) -> (B, D): standardised by the running statistics and clipped to [-10, 10] when obs_norm is on."""
         if not self.spec.obs_norm:
@@ -119,9 +142,11 @@ class Policy(nn.Module):
         self.obs_count.fill_(total)
 
     # --- acting and evaluating ---
-    def distribution(self, obs: torch.Tensor) -> torch.distributions.Distribution:
-        """pi(.|s) for a batch of raw observations (B, D)."""
-        out = self.actor(self.normalize(obs))  # (B, A)
+    # ``normalized=True`` takes observations already passed through ``normalize``: a rollout stores them so, with the
+    # statistics of the step they were seen at, and the update then evaluates exactly the policy that acted.
+    def distribution(self, obs: torch.Tensor, normalized: bool = False) -> torch.distributions.Distribution:
+        """pi(.|s) for a batch of observations (B, D), raw unless ``normalized``."""
+        out = self.actor(obs if normalized else self.normalize(obs))  # (B, A)
         if self.spec.discrete:
             return torch.distributions.Categorical(logits=out, validate_args=False)
         return torch.distributions.Normal(out, self.log_std.exp().expand_as(out), validate_args=False)
@@ -131,21 +156,28 @@ class Policy(nn.Module):
         logp = dist.log_prob(act)
         return logp if self.spec.discrete else logp.sum(-1)
 
-    def value(self, obs: torch.Tensor) -> torch.Tensor:
-        """V(s), (B,); zeros when the policy has no critic."""
+    def entropy(self, dist: torch.distributions.Distribution) -> torch.Tensor:
+        """H(pi(.|s)), (B,): a diagonal Gaussian's entropy sums over action dimensions, like its log-density."""
+        ent = dist.entropy()
+        return ent if self.spec.discrete else ent.sum(-1)
+
+    def value(self, obs: torch.Tensor, normalized: bool = False) -> torch.Tensor:
+        """V(s), (B,), for observations (B, D), raw unless ``normalized``; zeros when the policy has no critic."""
         if self.critic is None:
             return torch.zeros(obs.shape[0], dtype=obs.dtype)
-        return self.critic(self.normalize(obs)).squeeze(-1)
+        return self.critic(obs if normalized else self.normalize(obs)).squeeze(-1)
 
     @torch.no_grad()
-    def act(self, obs: torch.Tensor, deterministic: bool = False):
-        """Sample (or take the mode of) pi(.|s): returns act (B,) or (B, A), logp (B,), val (B,)."""
-        dist = self.distribution(obs)
+    def act(self, obs: torch.Tensor, deterministic: bool = False, normalized: bool = False):
+        """Sample (or take the mode of) pi(.|s) for observations (B, D): returns act (B,) or (B, A), logp (B,),
+        val (B,)."""
+        self.check_obs(obs)
+        dist = self.distribution(obs, normalized)
         if deterministic:
             act = dist.probs.argmax(-1) if self.spec.discrete else dist.mean
         else:
             act = dist.sample()
-        return act, self.log_prob(dist, act), self.value(obs)
+        return act, self.log_prob(dist, act), self.value(obs, normalized)
 
     def env_action(self, act: torch.Tensor) -> np.ndarray:
         """The action to send to the env: integers, or the Gaussian sample clipped to the Box bounds
@@ -156,41 +188,61 @@ class Policy(nn.Module):
 
     # --- checkpoints ---
     def save(self, path: str | Path, extra: dict | None = None) -> Path:
-        """Write ``path/model.safetensors`` and ``path/config.json``; a crash mid-save keeps the previous folder."""
-        path = Path(path)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = Path(tempfile.mkdtemp(dir=path.parent, prefix=f".{path.name}-"))
-        try:
-            save_file({k: v.contiguous() for k, v in self.state_dict().items()}, tmp / "model.safetensors")
+        """Write ``path/model.safetensors`` and ``path/config.json`` whole (``minirl._io.write_folder``): a crash
+        mid-save keeps the previous folder. Refuses non-finite weights, and a non-empty folder that is not a
+        minirl policy (nothing of the user's is replaced)."""
+        path = recover_folder(path)
+        state = {k: v.detach().contiguous() for k, v in self.state_dict().items()}
+        bad = [k for k, v in state.items() if not torch.isfinite(v).all()]
+        if bad:
+            raise FloatingPointError(
+                f"not saving a policy with NaN or inf in {', '.join(bad)}: it would act at random or crash. "
+                "Training diverged; lower the learning rate, scale the rewards, or check the env's observations"
+            )
+        if path.is_dir() and any(path.iterdir()) and not _is_policy_folder(path):
+            raise FileExistsError(
+                f"{path} is not empty and is not a minirl policy (no config.json with a policy in it), so minirl "
+                "will not replace it: nothing of yours is deleted. Choose a new or empty folder"
+            )
+
+        def fill(tmp: Path) -> None:
+            save_file(state, tmp / "model.safetensors")
             config = {"policy": asdict(self.spec), **(extra or {})}
             (tmp / "config.json").write_text(json.dumps(config, indent=2))
-            _swap_in(tmp, path)
-        finally:
-            shutil.rmtree(tmp, ignore_errors=True)
-        return path
+
+        return write_folder(path, fill, marker="config.json")
 
     @classmethod
     def load(cls, path: str | Path) -> "Policy":
-        """Rebuild a policy saved by ``save``."""
-        path = Path(path)
-        if not (path / "model.safetensors").exists() or not (path / "config.json").exists():
+        """Rebuild a policy saved by ``save``: whole or not at all (a missing or unexpected tensor raises)."""
+        path = recover_folder(path)  # finish a save that a crash interrupted
+        if not (path / "model.safetensors").exists() or not _is_policy_folder(path):
             raise FileNotFoundError(
-                f"{path} is not a minirl policy checkpoint (expected model.safetensors and config.json in it)"
+                f"{path} is not a minirl policy checkpoint (expected model.safetensors and a config.json with a "
+                "policy in it, as Policy.save and `minirl train` write them)"
             )
         raw = json.loads((path / "config.json").read_text())["policy"]
         for key in ("hidden", "act_low", "act_high"):
             raw[key] = tuple(raw[key]) if raw[key] is not None else None
         policy = cls(PolicySpec(**raw))
-        policy.load_state_dict(load_file(path / "model.safetensors"))
+        state = load_file(path / "model.safetensors")
+        expected = policy.state_dict()
+        missing, unexpected = sorted(set(expected) - set(state)), sorted(set(state) - set(expected))
+        wrong = sorted(k for k in set(state) & set(expected) if state[k].shape != expected[k].shape)
+        if missing or unexpected or wrong:
+            raise ValueError(
+                f"{path / 'model.safetensors'} does not match its config.json: missing {missing}, unexpected "
+                f"{unexpected}, wrong shape {wrong}. The checkpoint was changed or mixed with another; save it again "
+                "from the trained policy"
+            )
+        policy.load_state_dict(state)
         return policy
 
 
-def _swap_in(tmp: Path, path: Path) -> None:
-    """Replace folder ``path`` by the finished folder ``tmp``: the old one is moved aside first, removed last."""
-    old = None
-    if path.exists():
-        old = path.with_name(f".{path.name}-old-{os.getpid()}")
-        os.replace(path, old)
-    os.replace(tmp, path)
-    if old is not None:
-        shutil.rmtree(old, ignore_errors=True)
+def _is_policy_folder(path: Path) -> bool:
+    """True when ``path/config.json`` is a JSON object with a ``policy`` entry: a folder ``Policy.save`` wrote."""
+    try:
+        config = json.loads((path / "config.json").read_text())
+    except (OSError, ValueError):
+        return False
+    return isinstance(config, dict) and "policy" in config

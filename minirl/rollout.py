@@ -32,6 +32,27 @@ def make_envs(env_id: str, num_envs: int, seed: int, asynchronous: bool = False)
     )
 
 
+def env_name(env: gym.Env | gym.vector.VectorEnv) -> str:
+    """The id ``env`` was made from, for error messages."""
+    spec = getattr(env, "spec", None)
+    return spec.id if spec is not None else type(env).__name__
+
+
+def check_env_output(env: gym.Env | gym.vector.VectorEnv, obs: np.ndarray, rew: np.ndarray | float | None) -> None:
+    """Raise if the env returned a NaN or inf observation or reward, naming the env.
+
+    Caught here, a bad number names its source; caught later, it surfaces as a NaN loss or as torch's
+    "probability tensor contains inf, nan" from sampling, far from its cause.
+    """
+    for what, value in (("observation", obs), ("reward", rew)):
+        if value is not None and not np.isfinite(np.asarray(value, dtype=np.float64)).all():
+            raise ValueError(
+                f"{env_name(env)} returned a non-finite {what} ({value!r}); minirl cannot learn from NaN or inf. "
+                f"Fix the env, or wrap it to replace or clip such values (gymnasium.wrappers.TransformReward, "
+                f"TransformObservation)"
+            )
+
+
 def to_obs_tensor(obs: np.ndarray, space: gym.Space) -> torch.Tensor:
     """A batch of observations (N, ...) as a float tensor (N, D): Box flattened, Discrete one-hot."""
     if isinstance(space, gym.spaces.Discrete):
@@ -42,9 +63,14 @@ def to_obs_tensor(obs: np.ndarray, space: gym.Space) -> torch.Tensor:
 @dataclass
 class Batch:
     """One rollout, time-major. ``next_val[t]`` is V of the observation that followed step t (the true final
-    observation where an episode was truncated), ready for ``returns.gae``."""
+    observation where an episode was truncated), ready for ``returns.gae``.
 
-    obs: torch.Tensor  # (T, N, D)
+    ``obs`` holds the observations as the policy saw them: normalised with the statistics of the step they were
+    seen at when the policy normalises (``obs_norm``), so an update passes them with ``normalized=True`` and its
+    ratio is exactly 1 before the first gradient step (as SB3's VecNormalize and CleanRL store them).
+    """
+
+    obs: torch.Tensor  # (T, N, D), normalised when the policy normalises
     act: torch.Tensor  # (T, N) or (T, N, A)
     rew: torch.Tensor  # (T, N)
     terminated: torch.Tensor  # (T, N) bool
@@ -67,6 +93,7 @@ class Collector:
         self.envs = envs
         self.space = envs.single_observation_space
         obs, _ = envs.reset(seed=seed)
+        check_env_output(envs, obs, None)
         self.obs = to_obs_tensor(obs, self.space)  # (N, D)
         self.ep_return = np.zeros(envs.num_envs)
         self.ep_length = np.zeros(envs.num_envs, dtype=int)
@@ -74,6 +101,7 @@ class Collector:
     def reset(self) -> None:
         """Start fresh episodes in every env (REINFORCE wants whole episodes in each batch)."""
         obs, _ = self.envs.reset()
+        check_env_output(self.envs, obs, None)
         self.obs = to_obs_tensor(obs, self.space)
         self.ep_return[:] = 0
         self.ep_length[:] = 0
@@ -86,16 +114,20 @@ class Collector:
         for t in range(n_steps):
             if update_obs_stats:
                 policy.update_obs_stats(self.obs)
-            act, logp, val = policy.act(self.obs)  # (N,) or (N, A); (N,); (N,)
+            norm_obs = policy.normalize(self.obs)  # (N, D), with this step's statistics: stored as acted on
+            act, logp, val = policy.act(norm_obs, normalized=True)  # (N,) or (N, A); (N,); (N,)
             obs, rew, terminated, truncated, info = self.envs.step(policy.env_action(act))
+            check_env_output(self.envs, obs, rew)
             done = terminated | truncated
             if done.any():  # the env has reset: V of the old episode's final observation, for truncation
                 idx = np.flatnonzero(done)
-                final_obs = to_obs_tensor(np.stack(info["final_obs"][idx]), self.space)  # (n_done, D)
+                final_obs = np.stack(info["final_obs"][idx])
+                check_env_output(self.envs, final_obs, None)
+                final_obs = to_obs_tensor(final_obs, self.space)  # (n_done, D)
                 with torch.no_grad():
                     final_vals.append((t, idx, policy.value(final_obs)))
 
-            obs_b.append(self.obs)
+            obs_b.append(norm_obs)
             act_b.append(act)
             rew_b.append(torch.as_tensor(rew, dtype=torch.float32))
             term_b.append(torch.as_tensor(terminated))
@@ -133,18 +165,23 @@ class Collector:
 
 def evaluate(policy: Policy, env_id: str, episodes: int = 20, seed: int = 0) -> tuple[float, float]:
     """Mean and std of the undiscounted return of ``episodes`` deterministic episodes (argmax action, or the
-    Gaussian mean), episode i reset with seed ``seed + i``. Observation statistics are used, never updated."""
+    Gaussian mean), episode i reset with seed ``seed + i``. Observation statistics are used, never updated.
+
+    Raises if ``env_id``'s spaces are not the ones the policy was built for, or if it returns NaN or inf."""
     if episodes < 1:
         raise ValueError(f"episodes must be >= 1, got {episodes}")
     env = gym.make(env_id)
     returns = []
     try:
+        policy.check_env(env, env_id)
         for i in range(episodes):
             obs, _ = env.reset(seed=seed + i)
+            check_env_output(env, obs, None)
             total, done = 0.0, False
             while not done:
                 act, _, _ = policy.act(to_obs_tensor(np.asarray(obs)[None], env.observation_space), deterministic=True)
                 obs, rew, terminated, truncated, _ = env.step(policy.env_action(act)[0])
+                check_env_output(env, obs, rew)
                 total += float(rew)
                 done = terminated or truncated
             returns.append(total)

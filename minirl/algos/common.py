@@ -8,10 +8,26 @@ import numpy as np
 import torch
 from tqdm.auto import tqdm
 
+from minirl._validate import check_finite, check_finite_parameters
 from minirl.history import History
 from minirl.policies import Policy
 
-__all__ = ["History", "TrainResult", "explained_variance", "progress_bar", "running_mean", "seed_everything"]
+__all__ = [
+    "DIVERGED",
+    "History",
+    "TrainResult",
+    "check_update",
+    "explained_variance",
+    "progress_bar",
+    "running_mean",
+    "seed_everything",
+]
+
+# what usually makes a gymnasium trainer's numbers blow up, for the error that stops it
+DIVERGED = (
+    "a learning rate too high for this task, rewards too large for the network (scale them, e.g. with "
+    "gymnasium.wrappers.TransformReward), or a gradient clip too loose (lower max_grad_norm)"
+)
 
 
 @dataclass
@@ -26,6 +42,16 @@ class TrainResult:
         """Save the policy with its training config (see ``Policy.save``)."""
         cfg = self.config
         return self.policy.save(path, extra={"algo": type(cfg).__module__.rsplit(".", 1)[-1], "config": asdict(cfg)})
+
+
+def check_update(step: int, policy: Policy, **values: float) -> None:
+    """Stop training at the first update whose losses or gradient norms (``values``, e.g. means over its minibatches:
+    one NaN makes the mean NaN) or whose resulting parameters are NaN or inf, naming the env step and ``DIVERGED``.
+
+    Called once per update, so the check costs one pass over the parameters, not one per minibatch.
+    """
+    check_finite(step, DIVERGED, **values)
+    check_finite_parameters(policy, step, DIVERGED)
 
 
 def seed_everything(seed: int) -> None:

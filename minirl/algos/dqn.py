@@ -24,9 +24,18 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from minirl.algos.common import History, TrainResult, progress_bar, running_mean, seed_everything
+from minirl import _validate
+from minirl.algos.common import (
+    DIVERGED,
+    History,
+    TrainResult,
+    check_update,
+    progress_bar,
+    running_mean,
+    seed_everything,
+)
 from minirl.policies import Policy, spec_for
-from minirl.rollout import make_envs, to_obs_tensor
+from minirl.rollout import check_env_output, make_envs, to_obs_tensor
 
 
 @dataclass
@@ -106,12 +115,22 @@ def epsilon(cfg: DQNConfig, step: int) -> float:
 
 
 def check_config(cfg: DQNConfig) -> None:
-    for name in ("total_steps", "batch_size", "train_freq", "target_update", "log_every", "buffer_size"):
-        if not isinstance(getattr(cfg, name), int) or getattr(cfg, name) < 1:
-            raise ValueError(f"{name} must be an int >= 1, got {getattr(cfg, name)!r}")
-    for name in ("eps_start", "eps_end", "exploration_fraction", "gamma"):
-        if not 0.0 <= getattr(cfg, name) <= 1.0:
-            raise ValueError(f"{name} must be in [0, 1], got {getattr(cfg, name)!r}")
+    """Raise on a setting DQN cannot run with, naming the field and what it allows (numbers from NumPy are fine)."""
+    _validate.check_config(
+        cfg,
+        positive=(
+            "total_steps",
+            "buffer_size",
+            "batch_size",
+            "lr",
+            "train_freq",
+            "target_update",
+            "max_grad_norm",
+            "log_every",
+        ),
+        nonneg=("seed", "learning_starts"),
+        unit=("gamma", "eps_start", "eps_end", "exploration_fraction"),
+    )
 
 
 def train(cfg: DQNConfig, progress: bool = False) -> TrainResult:
@@ -134,6 +153,7 @@ def train(cfg: DQNConfig, progress: bool = False) -> TrainResult:
     space = envs.single_observation_space
 
     obs_np, _ = envs.reset(seed=cfg.seed)
+    check_env_output(envs, obs_np, None)
     obs = to_obs_tensor(obs_np, space)  # (1, D)
     history, returns, ep_return = History(), [], 0.0
     losses, q_means, n_updates, t_act, t_learn = [], [], 0, 0.0, 0.0
@@ -149,8 +169,10 @@ def train(cfg: DQNConfig, progress: bool = False) -> TrainResult:
             with torch.no_grad():
                 act = int(q_values(q_net, obs).argmax(-1))
         obs_np, rew, terminated, truncated, info = envs.step(np.array([act]))
+        check_env_output(envs, obs_np, rew)  # before it enters the buffer, where it would poison many updates
         next_obs = to_obs_tensor(obs_np, space)  # (1, D), the reset observation if the episode ended
         if terminated[0] or truncated[0]:  # SAME_STEP autoreset: the true last observation is in final_obs
+            check_env_output(envs, np.stack(info["final_obs"]), None)
             final = to_obs_tensor(np.stack(info["final_obs"]), space)
             buffer.add(obs[0], act, float(rew[0]), final[0], bool(terminated[0]))
             returns.append(ep_return + float(rew[0]))
@@ -170,10 +192,11 @@ def train(cfg: DQNConfig, progress: bool = False) -> TrainResult:
             loss = torch.nn.functional.huber_loss(q, y, delta=1.0)  # quadratic near 0, linear beyond: bounded grads
             optimizer.zero_grad()
             loss.backward()
-            torch.nn.utils.clip_grad_norm_(q_net.parameters(), cfg.max_grad_norm)
+            grad_norm = torch.nn.utils.clip_grad_norm_(q_net.parameters(), cfg.max_grad_norm)  # before clipping
             optimizer.step()
             n_updates += 1
             losses.append(loss.item())
+            _validate.check_finite(step, DIVERGED, td_loss=losses[-1], grad_norm=grad_norm)
             q_means.append(q.mean().item())
             if n_updates % cfg.target_update == 0:
                 target_net.load_state_dict(q_net.state_dict())  # hard update of the target network
@@ -182,6 +205,7 @@ def train(cfg: DQNConfig, progress: bool = False) -> TrainResult:
 
         # --- log ---
         if step % cfg.log_every == 0 or step == cfg.total_steps:
+            check_update(step, q_net)  # the parameters, once per row of the history
             history.log(
                 step=step,
                 return_mean=running_mean(returns),

@@ -16,22 +16,27 @@ It is the LM trainer's math on a control task: an episode plays the part of a co
 Shapes
     G   episodes per group (``group_size``); B = n_groups * G episodes per update, each group's G consecutive
     L   steps of the longest episode in the batch; shorter episodes are padded, ``mask`` (B, L) marks real steps
+
+A batch ends only when every episode has, so an env without a time limit would never end one: each episode is cut
+after ``max_episode_steps`` steps (the env's own time limit applies when it is shorter).
     D   observation size; A action size of a continuous action
 """
 
 import copy
 import time
+import warnings
 from dataclasses import dataclass
 
 import gymnasium as gym
 import numpy as np
 import torch
 
-from minirl.algos.common import History, TrainResult, progress_bar, running_mean, seed_everything
+from minirl import _validate
+from minirl.algos.common import History, TrainResult, check_update, progress_bar, running_mean, seed_everything
 from minirl.losses import LOSS_AGGS, aggregate, clip_fraction, kl, ppo_clip_loss
 from minirl.policies import Policy, spec_for
 from minirl.returns import GROUP_SCALES, group_advantages
-from minirl.rollout import make_envs, to_obs_tensor
+from minirl.rollout import check_env_output, make_envs, to_obs_tensor
 
 
 @dataclass
@@ -52,6 +57,7 @@ class GRPOConfig:
     same_start: bool = True  # False gives every episode its own reset seed: the ablation of notebook 07
     hidden: tuple[int, ...] = (64, 64)  # hidden sizes of the actor MLP (there is no critic)
     log_std_init: float = 0.0  # initial log std of a Gaussian policy
+    max_episode_steps: int = 1000  # cut episodes here (a batch waits for all); the env's own time limit if shorter
 
 
 @dataclass
@@ -62,8 +68,9 @@ class GroupBatch:
     act: torch.Tensor  # (B, L) or (B, L, A)
     logp: torch.Tensor  # (B, L) log pi_old(a|s) of the acting policy; 0 on padding
     mask: torch.Tensor  # (B, L) bool, True on real steps
-    ret: torch.Tensor  # (B,) undiscounted episode returns
+    ret: torch.Tensor  # (B,) undiscounted episode returns (up to the step cap for an episode it cut)
     seeds: list[int]  # (B,) the reset seed of each episode
+    capped: int = 0  # episodes cut by the step cap rather than ended by the env
 
     @property
     def steps(self) -> int:
@@ -71,21 +78,29 @@ class GroupBatch:
 
 
 def check_config(cfg: GRPOConfig) -> None:
-    """Raise a ValueError that names the field and what it allows."""
-    if not isinstance(cfg.group_size, int) or cfg.group_size < 2:
+    """Raise a ValueError that names the field and what it allows (numbers from NumPy are fine)."""
+    _validate.check_config(
+        cfg,
+        positive=(
+            "total_steps",
+            "group_size",
+            "n_groups",
+            "clip_low",
+            "clip_high",
+            "iterations",
+            "lr",
+            "max_grad_norm",
+            "max_episode_steps",
+        ),
+        nonneg=("seed", "beta"),
+        unit=("clip_low",),
+        choices={"scale": GROUP_SCALES, "loss_agg": LOSS_AGGS},
+    )
+    if cfg.group_size < 2:
         raise ValueError(
             f"group_size must be an int >= 2, got {cfg.group_size!r}: a group of one episode has no other episode "
             "from its start state to compare with, so its advantage would always be 0"
         )
-    for name in ("n_groups", "iterations", "total_steps"):
-        if not isinstance(getattr(cfg, name), int) or getattr(cfg, name) < 1:
-            raise ValueError(f"{name} must be an int >= 1, got {getattr(cfg, name)!r}")
-    if cfg.scale not in GROUP_SCALES:
-        raise ValueError(f"scale must be one of {GROUP_SCALES}, got {cfg.scale!r}")
-    if cfg.loss_agg not in LOSS_AGGS:
-        raise ValueError(f"loss_agg must be one of {LOSS_AGGS}, got {cfg.loss_agg!r}")
-    if not cfg.beta >= 0:
-        raise ValueError(f"beta must be >= 0 (0 turns the KL to the reference off), got {cfg.beta!r}")
 
 
 def reset_seeds(rng: np.random.Generator, n_groups: int, group_size: int, same_start: bool) -> list[int]:
@@ -95,8 +110,25 @@ def reset_seeds(rng: np.random.Generator, n_groups: int, group_size: int, same_s
     return [int(s) for s in rng.integers(2**31, size=n_groups * group_size)]
 
 
-def collect_groups(envs: gym.vector.VectorEnv, policy: Policy, seeds: list[int]) -> GroupBatch:
-    """Run one episode in each of the B envs, env i reset with ``seeds[i]``, until every episode has ended.
+def episode_cap(envs: gym.vector.VectorEnv, max_episode_steps: int) -> int:
+    """The steps after which ``collect_groups`` cuts an episode: ``max_episode_steps``, or the env's own time limit
+    when it is shorter. Warns when the env has no time limit, as the cap is then what ends its long episodes."""
+    limit = envs.spec.max_episode_steps if envs.spec is not None else None
+    if limit is None:
+        warnings.warn(
+            f"{envs.spec.id if envs.spec else 'the env'} has no time limit; GRPO waits for every episode of a batch "
+            f"to end, so each is cut after max_episode_steps={max_episode_steps} steps (--max-episode-steps)",
+            stacklevel=2,
+        )
+        return max_episode_steps
+    return min(limit, max_episode_steps)
+
+
+def collect_groups(
+    envs: gym.vector.VectorEnv, policy: Policy, seeds: list[int], max_steps: int | None = None
+) -> GroupBatch:
+    """Run one episode in each of the B envs, env i reset with ``seeds[i]``, until every episode has ended or
+    ``max_steps`` steps have passed (an episode cut there keeps the return of its steps so far).
 
     An env whose episode has ended is still stepped (a vector env steps all its envs) but those steps are padding:
     ``mask`` is False there and they count neither in the loss nor in the step budget.
@@ -105,13 +137,15 @@ def collect_groups(envs: gym.vector.VectorEnv, policy: Policy, seeds: list[int])
         raise ValueError(f"need one env per episode: {envs.num_envs} envs for {len(seeds)} seeds")
     space = envs.single_observation_space
     obs_np, _ = envs.reset(seed=seeds)
+    check_env_output(envs, obs_np, None)
     obs = to_obs_tensor(obs_np, space)  # (B, D)
     alive = np.ones(len(seeds), dtype=bool)
     ret = np.zeros(len(seeds))
     obs_b, act_b, logp_b, mask_b = [], [], [], []
-    while alive.any():
+    while alive.any() and (max_steps is None or len(obs_b) < max_steps):
         act, logp, _ = policy.act(obs)  # (B,) or (B, A); (B,)
         obs_np, rew, terminated, truncated, _ = envs.step(policy.env_action(act))
+        check_env_output(envs, obs_np, rew)
         obs_b.append(obs)
         act_b.append(act)
         logp_b.append(torch.where(torch.tensor(alive), logp, 0.0))
@@ -126,6 +160,7 @@ def collect_groups(envs: gym.vector.VectorEnv, policy: Policy, seeds: list[int])
         mask=torch.stack(mask_b, 1),  # (B, L)
         ret=torch.as_tensor(ret, dtype=torch.float32),  # (B,)
         seeds=list(seeds),
+        capped=int(alive.sum()),
     )
 
 
@@ -145,6 +180,7 @@ def train(cfg: GRPOConfig, progress: bool = False) -> TrainResult:
     n_episodes = cfg.n_groups * cfg.group_size  # B
     envs = make_envs(cfg.env_id, n_episodes, cfg.seed)
     policy = Policy(spec_for(envs, hidden=tuple(cfg.hidden), critic=False, log_std_init=cfg.log_std_init))
+    cap = episode_cap(envs, cfg.max_episode_steps)  # also the constant of "seq-mean-token-sum-norm"
     ref_policy = copy.deepcopy(policy).requires_grad_(False) if cfg.beta > 0 else None  # frozen pi_ref
     optimizer = torch.optim.Adam(policy.parameters(), lr=cfg.lr)
     seed_rng = np.random.default_rng(cfg.seed)
@@ -155,7 +191,7 @@ def train(cfg: GRPOConfig, progress: bool = False) -> TrainResult:
         # --- rollout: G episodes from each of n_groups start states ---
         t0 = time.perf_counter()
         seeds = reset_seeds(seed_rng, cfg.n_groups, cfg.group_size, cfg.same_start)
-        batch = collect_groups(envs, policy, seeds)
+        batch = collect_groups(envs, policy, seeds, cap)
         steps += batch.steps
         returns += batch.ret.tolist()
 
@@ -169,22 +205,26 @@ def train(cfg: GRPOConfig, progress: bool = False) -> TrainResult:
         t1 = time.perf_counter()
 
         # --- update: mu clipped-ratio steps on the whole batch ---
-        stats = {"pg_loss": [], "kl_ref": [], "approx_kl": [], "clip_frac": []}
+        stats = {"pg_loss": [], "kl_ref": [], "approx_kl": [], "clip_frac": [], "grad_norm": []}
         for _ in range(cfg.iterations):
             logp = step_logp(policy, batch)  # (B, L)
             pg = ppo_clip_loss(logp, batch.logp, step_adv, cfg.clip_low, cfg.clip_high)  # (B, L)
-            pg_loss = aggregate(pg, batch.mask, cfg.loss_agg)
+            # Dr. GRPO's constant normaliser is the step cap, the same for every batch, not this batch's longest episode
+            pg_loss = aggregate(pg, batch.mask, cfg.loss_agg, max_len=cap)
             loss = pg_loss
             if ref_logp is not None:  # GRPO puts the KL in the loss, not in the reward (Shao et al. 2024 Eq. 3)
-                kl_ref = aggregate(kl(logp, ref_logp, "k3"), batch.mask, cfg.loss_agg)
+                kl_ref = aggregate(kl(logp, ref_logp, "k3"), batch.mask, cfg.loss_agg, max_len=cap)
                 loss = loss + cfg.beta * kl_ref
                 stats["kl_ref"].append(kl_ref.item())
             optimizer.zero_grad()
             loss.backward()
-            torch.nn.utils.clip_grad_norm_(policy.parameters(), cfg.max_grad_norm)
+            grad_norm = torch.nn.utils.clip_grad_norm_(policy.parameters(), cfg.max_grad_norm)  # before clipping
             optimizer.step()
+            # each iteration is a full-batch update: check it before the next one reads the parameters
+            check_update(steps, policy, loss=loss.item(), grad_norm=grad_norm.item())
             with torch.no_grad():
                 stats["pg_loss"].append(pg_loss.item())
+                stats["grad_norm"].append(grad_norm.item())
                 # KL(old || new) with k3 on samples from the old policy, as PPO logs it
                 stats["approx_kl"].append(aggregate(kl(batch.logp, logp, "k3"), batch.mask, "token-mean").item())
                 frac = clip_fraction(logp, batch.logp, cfg.clip_low, cfg.clip_high)
@@ -193,8 +233,7 @@ def train(cfg: GRPOConfig, progress: bool = False) -> TrainResult:
 
         # --- log ---
         with torch.no_grad():
-            dist = policy.distribution(batch.obs[batch.mask])
-            ent = dist.entropy() if policy.spec.discrete else dist.entropy().sum(-1)
+            ent = policy.entropy(policy.distribution(batch.obs[batch.mask]))  # (n_real,)
         grouped = batch.ret.view(-1, cfg.group_size)  # (n_groups, G)
         history.log(
             step=steps,
@@ -203,6 +242,7 @@ def train(cfg: GRPOConfig, progress: bool = False) -> TrainResult:
             episodes=len(returns),
             group_std=grouped.std(dim=1).mean().item(),  # spread of returns within a group
             zero_adv_groups=(grouped.std(dim=1) == 0).float().mean().item(),  # groups with no signal
+            capped=batch.capped / n_episodes,  # share of episodes cut by the step cap
             entropy=ent.mean().item(),
             rollout_s=t1 - t0,
             update_s=t2 - t1,

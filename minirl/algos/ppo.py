@@ -13,7 +13,16 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from minirl.algos.common import History, TrainResult, explained_variance, progress_bar, running_mean, seed_everything
+from minirl import _validate
+from minirl.algos.common import (
+    History,
+    TrainResult,
+    check_update,
+    explained_variance,
+    progress_bar,
+    running_mean,
+    seed_everything,
+)
 from minirl.losses import clip_fraction, entropy, kl, ppo_clip_loss, value_loss
 from minirl.policies import Policy, spec_for
 from minirl.returns import gae
@@ -48,8 +57,26 @@ class PPOConfig:
     async_envs: bool = False  # step the envs in subprocesses (AsyncVectorEnv) instead of in turn
 
 
+def check_config(cfg: PPOConfig) -> None:
+    """Raise on a setting PPO cannot run with, naming the field and what it allows (numbers from NumPy are fine)."""
+    _validate.check_config(
+        cfg,
+        positive=("total_steps", "num_envs", "n_steps", "lr", "epochs", "minibatch_size", "max_grad_norm"),
+        nonneg=("seed", "ent_coef", "vf_coef"),
+        unit=("gamma", "lam"),
+    )
+    # optional fields: None turns them off, a number must be > 0 (a clip range of 0 freezes the policy)
+    for name in ("clip_low", "clip_high", "clip_vf", "target_kl"):
+        value = getattr(cfg, name)
+        if value is not None and not value > 0:
+            raise ValueError(f"{name} must be > 0 (or None where allowed), got {value!r}")
+    if not cfg.clip_low < 1:
+        raise ValueError(f"clip_low must be in (0, 1), the ratio is clipped below at 1 - clip_low; got {cfg.clip_low}")
+
+
 def train(cfg: PPOConfig, progress: bool = False) -> TrainResult:
     """Train a PPO agent; returns ``.policy``, ``.history`` (one row per rollout) and ``.config``."""
+    check_config(cfg)
     seed_everything(cfg.seed)
     envs = make_envs(cfg.env_id, cfg.num_envs, cfg.seed, asynchronous=cfg.async_envs)
     spec = spec_for(envs, hidden=tuple(cfg.hidden), obs_norm=cfg.obs_norm, log_std_init=cfg.log_std_init)
@@ -82,38 +109,42 @@ def train(cfg: PPOConfig, progress: bool = False) -> TrainResult:
         t1 = time.perf_counter()
 
         # --- update ---
-        stats = {"pg_loss": [], "v_loss": [], "entropy": [], "approx_kl": [], "clip_frac": []}
+        stats = {"pg_loss": [], "v_loss": [], "entropy": [], "approx_kl": [], "clip_frac": [], "grad_norm": []}
         for _ in range(cfg.epochs):
             epoch_kl = []
             for mb in torch.randperm(batch_size).split(cfg.minibatch_size):
-                dist = policy.distribution(b_obs[mb])
+                # b_obs are stored as the policy saw them (normalised at collection): the ratio starts at exactly 1
+                dist = policy.distribution(b_obs[mb], normalized=True)
                 logp = policy.log_prob(dist, b_act[mb])  # (mb,)
                 mb_adv = b_adv[mb]
                 if cfg.norm_adv and len(mb) > 1:
                     mb_adv = (mb_adv - mb_adv.mean()) / (mb_adv.std() + 1e-8)
                 pg_loss = ppo_clip_loss(logp, b_logp[mb], mb_adv, clip_low, clip_high).mean()
-                v_loss = value_loss(policy.value(b_obs[mb]), b_ret[mb], b_val[mb], cfg.clip_vf).mean()
+                v_loss = value_loss(policy.value(b_obs[mb], normalized=True), b_ret[mb], b_val[mb], cfg.clip_vf).mean()
                 ent = (entropy(dist.logits) if spec.discrete else dist.entropy().sum(-1)).mean()
                 loss = pg_loss + cfg.vf_coef * v_loss - cfg.ent_coef * ent
 
                 optimizer.zero_grad()
                 loss.backward()
-                torch.nn.utils.clip_grad_norm_(policy.parameters(), cfg.max_grad_norm)
+                grad_norm = torch.nn.utils.clip_grad_norm_(policy.parameters(), cfg.max_grad_norm)  # before clipping
                 optimizer.step()
 
                 with torch.no_grad():  # detail 12: KL(old || new) by k3 on samples of the old policy; clip fraction
                     approx_kl = kl(b_logp[mb], logp.detach(), "k3").mean().item()
                     frac_clipped = clip_fraction(logp.detach(), b_logp[mb], clip_low, clip_high).mean().item()
                 epoch_kl.append(approx_kl)
-                for key, value in zip(stats, (pg_loss, v_loss, ent, approx_kl, frac_clipped), strict=True):
+                for key, value in zip(stats, (pg_loss, v_loss, ent, approx_kl, frac_clipped, grad_norm), strict=True):
                     stats[key].append(float(value.detach() if torch.is_tensor(value) else value))
             if cfg.target_kl is not None and np.mean(epoch_kl) > cfg.target_kl:
                 break  # early stop of the epochs once the policy has moved far enough
         t2 = time.perf_counter()
+        step = (update + 1) * batch_size
+        means = {k: float(np.mean(v)) for k, v in stats.items()}  # one NaN minibatch makes its mean NaN
+        check_update(step, policy, pg_loss=means["pg_loss"], v_loss=means["v_loss"], grad_norm=means["grad_norm"])
 
         # --- log ---
         history.log(
-            step=(update + 1) * batch_size,
+            step=step,
             return_mean=running_mean(returns),
             episodes=len(returns),
             lr=lr,
@@ -121,7 +152,7 @@ def train(cfg: PPOConfig, progress: bool = False) -> TrainResult:
             explained_var=explained_variance(b_val, b_ret),
             rollout_s=t1 - t0,
             update_s=t2 - t1,
-            **{k: float(np.mean(v)) for k, v in stats.items()},
+            **means,
         )
         bar.update(batch_size)
         bar.set_postfix(ret=f"{running_mean(returns):.1f}")

@@ -12,7 +12,8 @@ from dataclasses import dataclass
 
 import torch
 
-from minirl.algos.common import History, TrainResult, progress_bar, running_mean, seed_everything
+from minirl import _validate
+from minirl.algos.common import History, TrainResult, check_update, progress_bar, running_mean, seed_everything
 from minirl.losses import policy_gradient_loss, value_loss
 from minirl.policies import Policy, spec_for
 from minirl.returns import discounted_returns
@@ -53,12 +54,20 @@ def advantages(cfg: REINFORCEConfig, ret: torch.Tensor, val: torch.Tensor, valid
     return adv
 
 
+def check_config(cfg: REINFORCEConfig) -> None:
+    """Raise on a setting REINFORCE cannot run with, naming the field and what it allows."""
+    _validate.check_config(
+        cfg,
+        positive=("total_steps", "num_envs", "n_steps", "lr", "value_lr", "value_epochs"),
+        nonneg=("seed",),
+        unit=("gamma",),
+        choices={"returns": RETURNS, "baseline": BASELINES},
+    )
+
+
 def train(cfg: REINFORCEConfig, progress: bool = False) -> TrainResult:
     """Train REINFORCE; returns ``.policy``, ``.history`` (one row per batch) and ``.config``."""
-    if cfg.returns not in RETURNS:
-        raise ValueError(f"returns must be one of {RETURNS}, got {cfg.returns!r}")
-    if cfg.baseline not in BASELINES:
-        raise ValueError(f"baseline must be one of {BASELINES}, got {cfg.baseline!r}")
+    check_config(cfg)
     seed_everything(cfg.seed)
     envs = make_envs(cfg.env_id, cfg.num_envs, cfg.seed, asynchronous=cfg.async_envs)
     policy = Policy(spec_for(envs, hidden=tuple(cfg.hidden), critic=cfg.baseline == "value"))
@@ -99,6 +108,7 @@ def train(cfg: REINFORCEConfig, progress: bool = False) -> TrainResult:
         pg_loss = policy_gradient_loss(policy.log_prob(dist, act), adv[valid]).mean()
         actor_opt.zero_grad()
         pg_loss.backward()
+        grad_norm = torch.nn.utils.get_total_norm([p.grad for p in actor_params])  # no clip: logged and checked
         actor_opt.step()
         v_loss = torch.tensor(float("nan"))
         if critic_opt is not None:
@@ -108,16 +118,19 @@ def train(cfg: REINFORCEConfig, progress: bool = False) -> TrainResult:
                 v_loss.backward()
                 critic_opt.step()
         t2 = time.perf_counter()
+        step = (update + 1) * batch_size
+        check_update(step, policy, pg_loss=pg_loss, grad_norm=grad_norm, **({"v_loss": v_loss} if critic_opt else {}))
 
         # --- log ---
         history.log(
-            step=(update + 1) * batch_size,
+            step=step,
             return_mean=running_mean(returns),
             episodes=len(returns),
             used_steps=int(valid.sum()),
             pg_loss=pg_loss.item(),
             v_loss=v_loss.item(),
-            entropy=dist.entropy().mean().item(),
+            grad_norm=grad_norm.item(),
+            entropy=policy.entropy(dist).mean().item(),  # of pi before this update, summed over action dimensions
             rollout_s=t1 - t0,
             update_s=t2 - t1,
         )

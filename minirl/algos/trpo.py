@@ -19,7 +19,16 @@ from dataclasses import dataclass, field
 import torch
 from torch.nn.utils import parameters_to_vector, vector_to_parameters
 
-from minirl.algos.common import History, TrainResult, explained_variance, progress_bar, running_mean, seed_everything
+from minirl import _validate
+from minirl.algos.common import (
+    History,
+    TrainResult,
+    check_update,
+    explained_variance,
+    progress_bar,
+    running_mean,
+    seed_everything,
+)
 from minirl.losses import value_loss
 from minirl.natural import (
     LineSearchTry,
@@ -61,16 +70,25 @@ class TRPOConfig:
 
 
 def check_config(cfg: TRPOConfig) -> None:
-    """Raise on a setting TRPO cannot run with, naming it."""
-    if not cfg.delta > 0:
-        raise ValueError(f"delta must be > 0 (the KL radius of the trust region), got {cfg.delta!r}")
-    if not cfg.cg_damping >= 0:
-        raise ValueError(f"cg_damping must be >= 0, got {cfg.cg_damping!r}")
+    """Raise on a setting TRPO cannot run with, naming it and what it allows (numbers from NumPy are fine)."""
+    _validate.check_config(
+        cfg,
+        positive=(
+            "total_steps",
+            "num_envs",
+            "n_steps",
+            "delta",
+            "cg_iters",
+            "backtrack_iters",
+            "value_lr",
+            "value_epochs",
+            "minibatch_size",
+        ),
+        nonneg=("seed", "cg_damping"),
+        unit=("gamma", "lam"),
+    )
     if not 0 < cfg.backtrack_coef < 1:
         raise ValueError(f"backtrack_coef must be in (0, 1), got {cfg.backtrack_coef!r}")
-    for name in ("cg_iters", "backtrack_iters", "value_epochs", "minibatch_size", "num_envs", "n_steps"):
-        if getattr(cfg, name) < 1:
-            raise ValueError(f"{name} must be >= 1, got {getattr(cfg, name)!r}")
     if cfg.num_envs * cfg.n_steps < 2:
         raise ValueError("num_envs * n_steps must be >= 2 to standardise the advantages")
 
@@ -100,12 +118,13 @@ def policy_step(
 ) -> PolicyStep:
     """One TRPO (or, with ``cfg.line_search=False``, natural policy gradient) update of the actor, in place.
 
-    b_obs (B, D), b_act (B,) or (B, A), b_adv (B,) from the current policy, which plays pi_old.
+    b_obs (B, D) as the policy saw them (``rollout.Batch.obs``), b_act (B,) or (B, A), b_adv (B,) from the
+    current policy, which plays pi_old.
     """
     actor_params = actor_parameters(policy)
     with torch.no_grad():
-        old_dist = policy.distribution(b_obs)  # pi_old, a constant from here on
-    dist = policy.distribution(b_obs)
+        old_dist = policy.distribution(b_obs, normalized=True)  # pi_old, a constant from here on
+    dist = policy.distribution(b_obs, normalized=True)
     logp = policy.log_prob(dist, b_act)  # (B,)
     # old log-probs recomputed at theta_old (not the rollout's): the ratio is exactly 1 there, also with obs_norm
     old_logp = logp.detach()
@@ -119,7 +138,7 @@ def policy_step(
     @torch.no_grad()
     def measure(params: torch.Tensor) -> tuple[float, float]:
         vector_to_parameters(params, actor_params)
-        new_dist = policy.distribution(b_obs)
+        new_dist = policy.distribution(b_obs, normalized=True)
         new_surrogate = surrogate(policy.log_prob(new_dist, b_act), old_logp, b_adv)
         return new_surrogate.item(), mean_kl(old_dist, new_dist).item()
 
@@ -131,7 +150,7 @@ def policy_step(
     else:  # natural policy gradient: the full step, whatever KL it really reaches
         new_params, accepted, fraction, tries = old_params + beta * s, True, 1.0, []
     new_surrogate, kl = measure(new_params)  # also writes the chosen parameters into the actor
-    ent = old_dist.entropy() if policy.spec.discrete else old_dist.entropy().sum(-1)  # (B,)
+    ent = policy.entropy(old_dist)  # (B,)
     return PolicyStep(
         old_surrogate=old_surrogate.item(),
         new_surrogate=new_surrogate,
@@ -179,19 +198,29 @@ def train(cfg: TRPOConfig, progress: bool = False) -> TrainResult:
         t2 = time.perf_counter()
 
         # --- critic update: several Adam epochs of minibatches on the GAE returns ---
-        v_losses = []
+        v_losses, grad_norms = [], []
         for _ in range(cfg.value_epochs):
             for mb in torch.randperm(batch_size).split(cfg.minibatch_size):
-                v_loss = value_loss(policy.value(b_obs[mb]), b_ret[mb]).mean()
+                v_loss = value_loss(policy.value(b_obs[mb], normalized=True), b_ret[mb]).mean()
                 critic_opt.zero_grad()
                 v_loss.backward()
+                grad_norms.append(torch.nn.utils.get_total_norm([p.grad for p in policy.critic.parameters()]))
                 critic_opt.step()
                 v_losses.append(v_loss.item())
         t3 = time.perf_counter()
+        step_count = (update + 1) * batch_size
+        check_update(
+            step_count,
+            policy,
+            surrogate=step.new_surrogate,
+            kl=step.kl,
+            v_loss=sum(v_losses) / len(v_losses),
+            critic_grad_norm=torch.stack(grad_norms).mean(),  # one check for all minibatches
+        )
 
         # --- log ---
         history.log(
-            step=(update + 1) * batch_size,
+            step=step_count,
             return_mean=running_mean(returns),
             episodes=len(returns),
             kl=step.kl,
