@@ -30,13 +30,13 @@ def cmd_train(args: argparse.Namespace) -> None:
     import matplotlib
 
     matplotlib.use("Agg")
+    from minirl._io import claim_folder
     from minirl.plotting import plot_history
     from minirl.rollout import evaluate
 
     cls = config_class(args.algo)
     cfg = config_from(args, cls)
-    out = Path(args.out or f"runs/{args.algo}-{cfg.env_id}-s{cfg.seed}")
-    out.mkdir(parents=True, exist_ok=True)
+    out = claim_folder(args.out or f"runs/{args.algo}-{cfg.env_id}-s{cfg.seed}")  # refuses a foreign folder now
     result = importlib.import_module(f"minirl.algos.{args.algo}").train(cfg, progress=True)
     result.history.to_csv(out / "history.csv")
     fig = plot_history(result.history, title=f"{args.algo} on {cfg.env_id}, seed {cfg.seed}")
