@@ -1,7 +1,8 @@
 """The gymnasium algorithms: smoke runs, determinism, and learning tests with sabotaged twins.
 
-Learning tests (``-m learning``) run the budgets the issue names; each has a twin marked ``slow`` whose advantage
-sign is flipped, which must miss the same threshold.
+Learning tests (``-m learning``) run the budgets the issue names; each has a twin marked ``slow`` with a bug someone
+could really write, which must miss the same threshold. Where a learning test cannot see a realistic bug, the twin
+says so and names the unit test that does.
 """
 
 import dataclasses
@@ -96,15 +97,41 @@ def test_saved_result_reloads_with_its_config(tmp_path):
 # --- learning tests and their sabotaged twins ---
 
 
-def flip_gae(monkeypatch):
-    """Sabotage: PPO follows the advantage with the wrong sign."""
+def termination_as_truncation(monkeypatch):
+    """Sabotage: every episode end is treated as a time limit (``truncated`` where ``terminated`` belongs), so GAE
+    bootstraps from V(final observation) where the pole fell: falling looks like any other step."""
     real = ppo.gae
-    monkeypatch.setattr(ppo, "gae", lambda *a, **k: (lambda adv, ret: (-adv, ret))(*real(*a, **k)))
+
+    def buggy(rew, val, next_val, terminated, truncated, gamma, lam):
+        return real(rew, val, next_val, torch.zeros_like(terminated), terminated | truncated, gamma, lam)
+
+    monkeypatch.setattr(ppo, "gae", buggy)
 
 
-def flip_reinforce(monkeypatch):
-    real = reinforce.advantages
-    monkeypatch.setattr(reinforce, "advantages", lambda *a, **k: -real(*a, **k))
+def truncation_as_termination(monkeypatch):
+    """Sabotage: the time limit is treated as a real end (``done = terminated | truncated`` in both places), so
+    GAE never bootstraps at a time limit: the last steps of every episode look worthless."""
+    real = ppo.gae
+
+    def buggy(rew, val, next_val, terminated, truncated, gamma, lam):
+        return real(rew, val, next_val, terminated | truncated, torch.zeros_like(truncated), gamma, lam)
+
+    monkeypatch.setattr(ppo, "gae", buggy)
+
+
+def forward_returns(monkeypatch):
+    """Sabotage: reward-to-go accumulated forwards in time (a cumulative sum that forgot to run backwards), so G_t
+    sums the rewards *before* step t, which the action at t cannot change."""
+
+    def buggy(rew, done, gamma, reward_to_go=True):
+        ret, running = torch.zeros_like(rew), torch.zeros_like(rew[0])
+        for t in range(rew.shape[0]):  # forwards: the bug
+            running = rew[t] + gamma * running
+            ret[t] = running
+            running = running * (~done[t])  # episode ends are still respected
+        return ret
+
+    monkeypatch.setattr(reinforce, "discounted_returns", buggy)
 
 
 def ppo_cartpole():
@@ -148,17 +175,17 @@ def test_ppo_gaussian_improves_pendulum():
 
 @pytest.mark.slow
 def test_sabotaged_ppo_misses_cartpole(monkeypatch):
-    flip_gae(monkeypatch)
+    termination_as_truncation(monkeypatch)
     assert ppo_cartpole() < 475
 
 
 @pytest.mark.slow
 def test_sabotaged_reinforce_misses_cartpole(monkeypatch):
-    flip_reinforce(monkeypatch)
+    forward_returns(monkeypatch)
     assert reinforce_cartpole() < 150
 
 
 @pytest.mark.slow
 def test_sabotaged_ppo_misses_pendulum(monkeypatch):
-    flip_gae(monkeypatch)
+    truncation_as_termination(monkeypatch)
     assert ppo_pendulum_gain() < 400

@@ -238,7 +238,9 @@ BUDGET = 100_000  # env steps, the default; measured on one thread: about 5 s, a
 
 def grpo_cartpole() -> float:
     result = grpo.train(grpo.GRPOConfig(total_steps=BUDGET, seed=0))
-    return evaluate(result.policy, "CartPole-v1", episodes=20, seed=1000)[0]
+    score = evaluate(result.policy, "CartPole-v1", episodes=20, seed=1000)[0]
+    print(f"GRPO CartPole-v1, {BUDGET} steps, seed 0: evaluation {score:.1f}")
+    return score
 
 
 @pytest.mark.learning
@@ -248,7 +250,15 @@ def test_grpo_solves_cartpole():
 
 @pytest.mark.slow
 def test_sabotaged_grpo_misses_cartpole(monkeypatch):
-    # sabotage: the advantage's sign flipped, so episodes worse than their group are reinforced
-    real = grpo.group_advantages
-    monkeypatch.setattr(grpo, "group_advantages", lambda *a, **k: -real(*a, **k))
+    """Sabotage: an episode's return keeps adding what its env pays after the episode ended (``ret += rew`` without
+    the ``alive`` mask: a vector env resets a finished env and plays on while the others finish). CartPole pays 1 per
+    step, so every episode of a batch returns L, the length of the longest, and no episode beats its group."""
+    real = grpo.collect_groups
+
+    def buggy(*args):
+        batch = real(*args)
+        batch.ret = torch.full_like(batch.ret, float(batch.mask.shape[1]))  # the sum over all L steps, padding too
+        return batch
+
+    monkeypatch.setattr(grpo, "collect_groups", buggy)
     assert grpo_cartpole() < 475

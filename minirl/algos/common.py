@@ -16,6 +16,7 @@ __all__ = [
     "DIVERGED",
     "History",
     "TrainResult",
+    "check_gradient",
     "check_update",
     "explained_variance",
     "progress_bar",
@@ -44,12 +45,16 @@ class TrainResult:
         return self.policy.save(path, extra={"algo": type(cfg).__module__.rsplit(".", 1)[-1], "config": asdict(cfg)})
 
 
-def check_update(step: int, policy: Policy, **values: float) -> None:
-    """Stop training at the first update whose losses or gradient norms (``values``, e.g. means over its minibatches:
-    one NaN makes the mean NaN) or whose resulting parameters are NaN or inf, naming the env step and ``DIVERGED``.
+def check_gradient(step: int, grad_norm: torch.Tensor) -> None:
+    """Stop before ``optimizer.step()`` when the gradient norm (what ``clip_grad_norm_`` returns) is NaN or inf: a
+    non-finite loss makes a non-finite gradient, and stepping would write it into every parameter."""
+    check_finite(step, DIVERGED, grad_norm=grad_norm)
 
-    Called once per update, so the check costs one pass over the parameters, not one per minibatch.
-    """
+
+def check_update(step: int, policy: Policy, **values: float) -> None:
+    """Stop training after an update whose logged ``values`` or whose parameters are NaN or inf, naming the env step
+    and ``DIVERGED``. Finite gradients can still overflow a parameter (a huge learning rate); called once per update,
+    this costs one pass over the parameters, not one per minibatch."""
     check_finite(step, DIVERGED, **values)
     check_finite_parameters(policy, step, DIVERGED)
 

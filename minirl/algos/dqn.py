@@ -26,9 +26,9 @@ import torch
 
 from minirl import _validate
 from minirl.algos.common import (
-    DIVERGED,
     History,
     TrainResult,
+    check_gradient,
     check_update,
     progress_bar,
     running_mean,
@@ -193,10 +193,10 @@ def train(cfg: DQNConfig, progress: bool = False) -> TrainResult:
             optimizer.zero_grad()
             loss.backward()
             grad_norm = torch.nn.utils.clip_grad_norm_(q_net.parameters(), cfg.max_grad_norm)  # before clipping
+            check_gradient(step, grad_norm)  # stop before a NaN reaches the parameters (and the target network)
             optimizer.step()
             n_updates += 1
             losses.append(loss.item())
-            _validate.check_finite(step, DIVERGED, td_loss=losses[-1], grad_norm=grad_norm)
             q_means.append(q.mean().item())
             if n_updates % cfg.target_update == 0:
                 target_net.load_state_dict(q_net.state_dict())  # hard update of the target network

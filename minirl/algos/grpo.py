@@ -32,7 +32,15 @@ import numpy as np
 import torch
 
 from minirl import _validate
-from minirl.algos.common import History, TrainResult, check_update, progress_bar, running_mean, seed_everything
+from minirl.algos.common import (
+    History,
+    TrainResult,
+    check_gradient,
+    check_update,
+    progress_bar,
+    running_mean,
+    seed_everything,
+)
 from minirl.losses import LOSS_AGGS, aggregate, clip_fraction, kl, ppo_clip_loss
 from minirl.policies import Policy, spec_for
 from minirl.returns import GROUP_SCALES, group_advantages
@@ -219,9 +227,9 @@ def train(cfg: GRPOConfig, progress: bool = False) -> TrainResult:
             optimizer.zero_grad()
             loss.backward()
             grad_norm = torch.nn.utils.clip_grad_norm_(policy.parameters(), cfg.max_grad_norm)  # before clipping
+            check_gradient(steps, grad_norm)  # stop before a NaN reaches the parameters
             optimizer.step()
-            # each iteration is a full-batch update: check it before the next one reads the parameters
-            check_update(steps, policy, loss=loss.item(), grad_norm=grad_norm.item())
+            check_update(steps, policy)  # each iteration is a full-batch update: check it before the next
             with torch.no_grad():
                 stats["pg_loss"].append(pg_loss.item())
                 stats["grad_norm"].append(grad_norm.item())

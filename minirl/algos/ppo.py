@@ -17,6 +17,7 @@ from minirl import _validate
 from minirl.algos.common import (
     History,
     TrainResult,
+    check_gradient,
     check_update,
     explained_variance,
     progress_bar,
@@ -98,6 +99,7 @@ def train(cfg: PPOConfig, progress: bool = False) -> TrainResult:
 
         # --- rollout ---
         t0 = time.perf_counter()
+        step = (update + 1) * batch_size  # env steps so far, for the history and for errors
         batch = collector.collect(policy, cfg.n_steps)
         returns += batch.episode_returns
 
@@ -127,6 +129,7 @@ def train(cfg: PPOConfig, progress: bool = False) -> TrainResult:
                 optimizer.zero_grad()
                 loss.backward()
                 grad_norm = torch.nn.utils.clip_grad_norm_(policy.parameters(), cfg.max_grad_norm)  # before clipping
+                check_gradient(step, grad_norm)  # stop before a NaN reaches the parameters
                 optimizer.step()
 
                 with torch.no_grad():  # detail 12: KL(old || new) by k3 on samples of the old policy; clip fraction
@@ -138,9 +141,7 @@ def train(cfg: PPOConfig, progress: bool = False) -> TrainResult:
             if cfg.target_kl is not None and np.mean(epoch_kl) > cfg.target_kl:
                 break  # early stop of the epochs once the policy has moved far enough
         t2 = time.perf_counter()
-        step = (update + 1) * batch_size
-        means = {k: float(np.mean(v)) for k, v in stats.items()}  # one NaN minibatch makes its mean NaN
-        check_update(step, policy, pg_loss=means["pg_loss"], v_loss=means["v_loss"], grad_norm=means["grad_norm"])
+        check_update(step, policy)
 
         # --- log ---
         history.log(
@@ -152,7 +153,7 @@ def train(cfg: PPOConfig, progress: bool = False) -> TrainResult:
             explained_var=explained_variance(b_val, b_ret),
             rollout_s=t1 - t0,
             update_s=t2 - t1,
-            **means,
+            **{k: float(np.mean(v)) for k, v in stats.items()},
         )
         bar.update(batch_size)
         bar.set_postfix(ret=f"{running_mean(returns):.1f}")

@@ -13,7 +13,15 @@ from dataclasses import dataclass
 import torch
 
 from minirl import _validate
-from minirl.algos.common import History, TrainResult, check_update, progress_bar, running_mean, seed_everything
+from minirl.algos.common import (
+    History,
+    TrainResult,
+    check_gradient,
+    check_update,
+    progress_bar,
+    running_mean,
+    seed_everything,
+)
 from minirl.losses import policy_gradient_loss, value_loss
 from minirl.policies import Policy, spec_for
 from minirl.returns import discounted_returns
@@ -83,6 +91,7 @@ def train(cfg: REINFORCEConfig, progress: bool = False) -> TrainResult:
     for update in range(n_updates):
         # --- rollout: fresh episodes, keep those that finished ---
         t0 = time.perf_counter()
+        step = (update + 1) * batch_size  # env steps so far, for the history and for errors
         if update > 0:
             collector.reset()
         batch = collector.collect(policy, cfg.n_steps)
@@ -109,6 +118,7 @@ def train(cfg: REINFORCEConfig, progress: bool = False) -> TrainResult:
         actor_opt.zero_grad()
         pg_loss.backward()
         grad_norm = torch.nn.utils.get_total_norm([p.grad for p in actor_params])  # no clip: logged and checked
+        check_gradient(step, grad_norm)  # stop before a NaN reaches the parameters
         actor_opt.step()
         v_loss = torch.tensor(float("nan"))
         if critic_opt is not None:
@@ -116,10 +126,10 @@ def train(cfg: REINFORCEConfig, progress: bool = False) -> TrainResult:
                 v_loss = value_loss(policy.value(obs), ret[valid]).mean()
                 critic_opt.zero_grad()
                 v_loss.backward()
+                check_gradient(step, torch.nn.utils.get_total_norm([p.grad for p in policy.critic.parameters()]))
                 critic_opt.step()
         t2 = time.perf_counter()
-        step = (update + 1) * batch_size
-        check_update(step, policy, pg_loss=pg_loss, grad_norm=grad_norm, **({"v_loss": v_loss} if critic_opt else {}))
+        check_update(step, policy)
 
         # --- log ---
         history.log(

@@ -23,6 +23,7 @@ from minirl import _validate
 from minirl.algos.common import (
     History,
     TrainResult,
+    check_gradient,
     check_update,
     explained_variance,
     progress_bar,
@@ -181,6 +182,7 @@ def train(cfg: TRPOConfig, progress: bool = False) -> TrainResult:
     for update in range(n_updates):
         # --- rollout ---
         t0 = time.perf_counter()
+        step_count = (update + 1) * batch_size  # env steps so far, for the history and for errors
         batch = collector.collect(policy, cfg.n_steps)
         returns += batch.episode_returns
 
@@ -198,25 +200,17 @@ def train(cfg: TRPOConfig, progress: bool = False) -> TrainResult:
         t2 = time.perf_counter()
 
         # --- critic update: several Adam epochs of minibatches on the GAE returns ---
-        v_losses, grad_norms = [], []
+        v_losses = []
         for _ in range(cfg.value_epochs):
             for mb in torch.randperm(batch_size).split(cfg.minibatch_size):
                 v_loss = value_loss(policy.value(b_obs[mb], normalized=True), b_ret[mb]).mean()
                 critic_opt.zero_grad()
                 v_loss.backward()
-                grad_norms.append(torch.nn.utils.get_total_norm([p.grad for p in policy.critic.parameters()]))
+                check_gradient(step_count, torch.nn.utils.get_total_norm([p.grad for p in policy.critic.parameters()]))
                 critic_opt.step()
                 v_losses.append(v_loss.item())
         t3 = time.perf_counter()
-        step_count = (update + 1) * batch_size
-        check_update(
-            step_count,
-            policy,
-            surrogate=step.new_surrogate,
-            kl=step.kl,
-            v_loss=sum(v_losses) / len(v_losses),
-            critic_grad_norm=torch.stack(grad_norms).mean(),  # one check for all minibatches
-        )
+        check_update(step_count, policy, surrogate=step.new_surrogate, kl=step.kl)
 
         # --- log ---
         history.log(
