@@ -108,15 +108,11 @@ def termination_as_truncation(monkeypatch):
     monkeypatch.setattr(ppo, "gae", buggy)
 
 
-def truncation_as_termination(monkeypatch):
-    """Sabotage: the time limit is treated as a real end (``done = terminated | truncated`` in both places), so
-    GAE never bootstraps at a time limit: the last steps of every episode look worthless."""
-    real = ppo.gae
-
-    def buggy(rew, val, next_val, terminated, truncated, gamma, lam):
-        return real(rew, val, next_val, terminated | truncated, torch.zeros_like(truncated), gamma, lam)
-
-    monkeypatch.setattr(ppo, "gae", buggy)
+def old_logp_after_the_update(monkeypatch):
+    """Sabotage: the old log-probs are computed by the policy being updated (after each step, not stored when the
+    batch was collected), so the ratio is always 1, nothing is ever clipped, and every epoch steps unconstrained."""
+    real = ppo.ppo_clip_loss
+    monkeypatch.setattr(ppo, "ppo_clip_loss", lambda logp, old_logp, *a: real(logp, logp.detach(), *a))
 
 
 def forward_returns(monkeypatch):
@@ -175,6 +171,8 @@ def test_ppo_gaussian_improves_pendulum():
 
 @pytest.mark.slow
 def test_sabotaged_ppo_misses_cartpole(monkeypatch):
+    """The reverse bug, truncation treated as termination, still scores 500 on CartPole (the time limit is where
+    the task is solved); tests/test_returns.py::test_gae_truncation_bootstraps_and_termination_does_not catches it."""
     termination_as_truncation(monkeypatch)
     assert ppo_cartpole() < 475
 
@@ -187,5 +185,10 @@ def test_sabotaged_reinforce_misses_cartpole(monkeypatch):
 
 @pytest.mark.slow
 def test_sabotaged_ppo_misses_pendulum(monkeypatch):
-    truncation_as_termination(monkeypatch)
+    """The other realistic bug on Pendulum, which only ever truncates, is truncation treated as termination (no
+    bootstrap at the time limit). This learning test cannot see it: with that bug, seed 0 still gains 481 (against
+    939 for the correct code), above the threshold of 400, since gamma = 0.9 makes only the last steps before the
+    limit wrong. tests/test_returns.py::test_gae_truncation_bootstraps_and_termination_does_not and
+    tests/test_rollout.py::test_no_transition_crosses_an_episode_boundary catch it."""
+    old_logp_after_the_update(monkeypatch)
     assert ppo_pendulum_gain() < 400

@@ -202,7 +202,7 @@ def test_a_nan_from_the_env_names_the_env(env_id, what):
 def test_divergence_stops_training_with_the_step_and_causes(monkeypatch):
     real = grpo.aggregate
     monkeypatch.setattr(grpo, "aggregate", lambda *a, **k: real(*a, **k) * float("nan"))  # a loss gone NaN
-    with pytest.raises(FloatingPointError, match=r"loss is not finite .* at step \d+.*learning rate"):
+    with pytest.raises(FloatingPointError, match=r"grad_norm is not finite .* at step \d+.*learning rate"):
         grpo.train(grpo.GRPOConfig(total_steps=300, group_size=2, n_groups=1))
 
 

@@ -35,7 +35,7 @@ gym.register(id="minirl-test/Counter-v0", entry_point=CounterEnv, max_episode_st
 def counter_policy() -> Policy:
     """A policy whose critic reports the step counter, so next_val shows which observation it was computed on."""
     policy = Policy(PolicySpec(obs_dim=2, act_dim=2, discrete=True))
-    policy.value = lambda obs: obs[:, 1].clone()
+    policy.value = lambda obs, normalized=False: obs[:, 1].clone()
     return policy
 
 

@@ -164,7 +164,12 @@ def test_trpo_solves_cartpole_in_100k_steps():
 
 @pytest.mark.slow
 def test_sabotaged_trpo_misses_cartpole(monkeypatch):
-    """Sabotage: the advantage's sign flipped, so every trust-region step climbs the wrong surrogate."""
+    """Sabotage: every episode end is treated as a time limit (``truncated`` where ``terminated`` belongs), so GAE
+    bootstraps from V(final observation) where the pole fell: falling looks like any other step."""
     real = trpo.gae
-    monkeypatch.setattr(trpo, "gae", lambda *a, **k: (lambda adv, ret: (-adv, ret))(*real(*a, **k)))
+
+    def buggy(rew, val, next_val, terminated, truncated, gamma, lam):
+        return real(rew, val, next_val, torch.zeros_like(terminated), terminated | truncated, gamma, lam)
+
+    monkeypatch.setattr(trpo, "gae", buggy)
     assert trpo_cartpole() < 475
