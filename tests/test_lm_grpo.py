@@ -5,7 +5,7 @@ import math
 import pytest
 import torch
 
-from minirl.lm import PRETRAINED, build_tokenizer, grpo, make_model, save
+from minirl.lm import PRETRAINED, build_tokenizer, grpo, make_model, runs, save
 from minirl.losses import LOSS_AGGS
 
 SIZES = dict(hidden_size=32, num_layers=2, num_heads=2, intermediate_size=64)
@@ -162,7 +162,8 @@ def test_resume_continues_with_identical_parameters(tiny, tmp_path):
     a, b = straight.model.state_dict(), resumed.model.state_dict()
     assert all(torch.equal(a[k], b[k]) for k in a)
     assert straight.history["reward"] == resumed.history["reward"] and len(resumed.history) == 4
-    assert (tmp_path / "b" / "model" / "model.safetensors").exists() and (tmp_path / "b" / "trainer.pt").exists()
+    assert (tmp_path / "b" / "checkpoint" / "model" / "model.safetensors").exists()
+    assert (tmp_path / "b" / "checkpoint" / "trainer.json").exists() and not list(tmp_path.rglob("*.pt"))
     c = grpo.train(tiny_cfg(tiny, **kw), reward_fn=length_reward).model.state_dict()  # the same without saving
     assert all(torch.equal(a[k], c[k]) for k in a)
 
@@ -170,16 +171,15 @@ def test_resume_continues_with_identical_parameters(tiny, tmp_path):
 def test_a_failed_save_leaves_the_previous_checkpoint(tiny, tmp_path, monkeypatch):
     out = tmp_path / "run"
     grpo.train(tiny_cfg(tiny, out=str(out), accuracy_weight=0.0), reward_fn=length_reward)
-    saved = torch.load(out / "trainer.pt", weights_only=False)["step"]
 
     def broken(*args, **kwargs):
         raise RuntimeError("disk full")
 
-    monkeypatch.setattr(grpo.torch, "save", broken)
+    monkeypatch.setattr(runs, "save_file", broken)
     with pytest.raises(RuntimeError, match="disk full"):
         grpo.train(tiny_cfg(tiny, out=str(out), resume=True, steps=3, accuracy_weight=0.0), reward_fn=length_reward)
     monkeypatch.undo()
-    assert torch.load(out / "trainer.pt", weights_only=False)["step"] == saved == 2
+    assert runs.load_run(out).step == 2
 
 
 def test_dropping_and_masking_leave_nothing_to_train_on(tiny):
@@ -200,7 +200,7 @@ def test_dropping_and_masking_leave_nothing_to_train_on(tiny):
         (dict(loss_agg="mean"), "loss_agg must be one of"),
         (dict(scale="std"), "scale must be one of"),
         (dict(beta=-0.1), "beta must be >= 0"),
-        (dict(steps=0), "steps must be an int >= 1"),
+        (dict(steps=0), "steps must be > 0"),
         (dict(resume=True), "resume=True needs out"),
     ],
 )

@@ -4,33 +4,44 @@
 any Hugging Face causal LM; ``tasks`` holds the verifiable problems; ``sample`` and ``logprobs`` are the policy's
 actions and their log-probs; ``sft`` fine-tunes; ``rewards`` and ``grpo`` are
 R1-Zero-style rule-based rewards and the GRPO trainer; ``evaluate`` scores held-out accuracy; ``pretrain`` makes the
-checkpoint at ``PRETRAINED`` that the later notebooks start from.
+checkpoint at ``PRETRAINED`` that the later notebooks start from; ``runs`` saves and resumes training runs.
+
+Every name is imported on first use (PEP 562 ``__getattr__``): transformers takes seconds to import, and
+``minirl --help`` or ``minirl train ppo`` should not pay for it.
 """
 
-from minirl.lm import grpo, rewards, sft, tasks
-from minirl.lm.evaluation import Evaluation, evaluate
-from minirl.lm.model import PRETRAINED, check_vocab, load, make_model, save, tiny_config
-from minirl.lm.pretrain import PretrainConfig, pretrain
-from minirl.lm.sampling import Samples, logprobs, sample
-from minirl.lm.tokenizer import build_tokenizer
+import importlib
 
-__all__ = [
-    "PRETRAINED",
-    "Evaluation",
-    "PretrainConfig",
-    "Samples",
-    "build_tokenizer",
-    "check_vocab",
-    "evaluate",
-    "grpo",
-    "load",
-    "logprobs",
-    "make_model",
-    "pretrain",
-    "rewards",
-    "sample",
-    "save",
-    "sft",
-    "tasks",
-    "tiny_config",
-]
+from minirl.lm.config import PRETRAINED
+
+_HOMES = {  # public name -> the module that defines it
+    "Evaluation": "evaluation",
+    "evaluate": "evaluation",
+    "check_vocab": "model",
+    "load": "model",
+    "make_model": "model",
+    "save": "model",
+    "tiny_config": "model",
+    "PretrainConfig": "config",
+    "pretrain": "pretraining",
+    "Samples": "sampling",
+    "logprobs": "sampling",
+    "sample": "sampling",
+    "build_tokenizer": "tokenizer",
+}
+_MODULES = ("grpo", "rewards", "runs", "sft", "tasks")
+
+__all__ = ["PRETRAINED", *sorted(_HOMES), *_MODULES]
+
+
+def __getattr__(name: str):
+    if name in _MODULES:
+        return importlib.import_module(f"minirl.lm.{name}")
+    if name in _HOMES:
+        module = importlib.import_module(f"minirl.lm.{_HOMES[name]}")
+        return getattr(module, name)
+    raise AttributeError(f"module 'minirl.lm' has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted(__all__)

@@ -1,23 +1,27 @@
 """``minirl lm ...``: the language-model commands. The package's ``minirl/cli.py`` calls ``register``.
 
 Options are the fields of the command's config dataclass in kebab case (``--pool-size``), with each field's
-trailing comment as its help text.
+trailing comment as its help text. The configs come from ``minirl.lm.config``, which imports neither torch nor
+transformers; the trainers are imported only when a command runs, so ``minirl --help`` stays fast.
 """
 
 import argparse
 from pathlib import Path
 
 from minirl._options import add_options, config_from
-from minirl.lm import grpo
-from minirl.lm.pretrain import PretrainConfig, pretrain
+from minirl.lm.config import GRPOConfig, PretrainConfig
 
 
 def run_pretrain(args: argparse.Namespace) -> None:
+    from minirl.lm.pretraining import pretrain
+
     pretrain(config_from(args, PretrainConfig))
 
 
 def run_grpo(args: argparse.Namespace) -> None:
-    cfg = config_from(args, grpo.GRPOConfig)
+    from minirl.lm import grpo
+
+    cfg = config_from(args, GRPOConfig)
     if cfg.out is None:
         cfg.out = f"runs/lm-grpo-{cfg.task}-s{cfg.seed}"
     result = grpo.train(cfg, progress=True)
@@ -26,7 +30,8 @@ def run_grpo(args: argparse.Namespace) -> None:
         acc, fmt = ev["heldout_accuracy"], ev["heldout_format"]
         print(f"step {ev['step']}: held-out greedy accuracy {acc:.1%}, format {fmt:.1%}")
     print(
-        f"wrote {cfg.out}/model/ (the trained checkpoint), {cfg.out}/trainer.pt (for --resume), {cfg.out}/history.csv"
+        f"wrote {cfg.out}/checkpoint/model/ (the trained model: minirl.lm.load reads it), {cfg.out}/checkpoint/ "
+        f"(optimizer and trainer state, for --resume), {cfg.out}/history.csv"
     )
 
 
@@ -38,7 +43,8 @@ def register(subparsers) -> None:
         "pretrain",
         help="train the course's tiny LM from scratch on a synthetic task and save the checkpoint",
         description="Train the course's tiny LM from scratch on a synthetic task, for a fixed number of steps, and "
-        "save the checkpoint (safetensors, config, tokenizer, and minirl.json with the held-out scores).",
+        "save the checkpoint (safetensors, config, tokenizer, and minirl.json with the held-out scores). OUT must be "
+        "new, empty, or a checkpoint minirl wrote.",
     )
     add_options(parser, PretrainConfig)
     parser.set_defaults(func=run_pretrain)
@@ -46,7 +52,9 @@ def register(subparsers) -> None:
         "grpo",
         help="GRPO with rule-based rewards from a checkpoint (by default the course's pretrained one)",
         description="GRPO on the language model with rule-based rewards (accuracy; format logged, weighted 0 unless "
-        "--format-weight): writes OUT/model/, OUT/trainer.pt and OUT/history.csv; --resume continues a run.",
+        "--format-weight): writes OUT/checkpoint/model/ (the model), the rest of OUT/checkpoint/ (optimizer and "
+        "trainer state) and OUT/history.csv; --resume continues a run with the same settings. OUT must be new, "
+        "empty, or a run folder minirl made.",
     )
-    add_options(parser, grpo.GRPOConfig)
+    add_options(parser, GRPOConfig)
     parser.set_defaults(func=run_grpo)

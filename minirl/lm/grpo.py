@@ -23,63 +23,26 @@ Shapes
     P   prompt tokens (left-padded), C completion tokens (at most ``max_new_tokens``), L = P + C
 """
 
-import dataclasses
 import math
-import os
 import random
-import shutil
-import tempfile
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from pathlib import Path
 
 import torch
 from tqdm.auto import tqdm
 
+from minirl import _validate
 from minirl.history import History
 from minirl.lm import rewards as rw
+from minirl.lm import runs
+from minirl.lm.config import GRPOConfig
 from minirl.lm.evaluation import evaluate
-from minirl.lm.model import PRETRAINED, load, save
+from minirl.lm.model import load
 from minirl.lm.sampling import logprobs, sample
-from minirl.lm.tasks import Problem, get_task, split_of
+from minirl.lm.tasks import TASKS, Problem, get_task, split_of
 from minirl.losses import LOSS_AGGS, aggregate, clip_fraction, kl, ppo_clip_loss
 from minirl.returns import GROUP_SCALES, group_advantages
-
-
-@dataclass
-class GRPOConfig:
-    """Hyperparameters of ``train``; each field is an option of ``minirl lm grpo``. Defaults follow runs that learned
-    on 2 CPU cores (16 prompts x 8 completions, temperature 1, one iteration, lr 1e-4, beta 0)."""
-
-    model: str = str(PRETRAINED)  # checkpoint folder or hub name to start from (and the frozen reference, beta > 0)
-    task: str = "addition"  # task family of minirl.lm.tasks: addition (3 digits), sorting, addition-plain
-    steps: int = 200  # GRPO steps; each samples B = prompts_per_step * group_size completions and trains on them
-    prompts_per_step: int = 16  # N questions per step, fresh training problems each step
-    group_size: int = 8  # G completions per question (Shao et al. 2024 used 64); >= 2, a group of one has no baseline
-    max_new_tokens: int = 0  # completion budget; 0 takes the task's (a little above its longest target)
-    temperature: float = 1.0  # sampling temperature T; log-probs are of the same softmax(logits / T); usually 0.7-1.0
-    iterations: int = 1  # mu, gradient steps per batch (Shao et al. 2024 Alg. 1); 1 keeps the ratio at 1 (no clipping)
-    clip_low: float = 0.2  # epsilon, the ratio's lower clip 1 - clip_low, Schulman et al. 2017 Eq. 7; usually 0.1-0.3
-    clip_high: float | None = None  # upper clip 1 + clip_high; None: symmetric; 0.28 is DAPO's clip-higher
-    beta: float = 0.0  # coefficient of the k3 KL to the frozen start model, Shao et al. 2024 Eq. 3 (0.04); 0: no ref
-    scale: str = "group"  # advantage denominator: "group" std (GRPO), "batch" std, "none" (Dr. GRPO)
-    loss_agg: str = "seq-mean-token-mean"  # seq-mean-token-mean (GRPO), token-mean (DAPO), seq-mean-token-sum-norm
-    mask_truncated: bool = False  # leave completions that hit max_new_tokens without eos out of the loss (DAPO)
-    drop_zero_variance: bool = False  # leave groups whose rewards are all equal out of the loss (their A_i are 0)
-    accuracy_weight: float = 1.0  # weight of the accuracy reward (1 for the right answer in <answer>..</answer>)
-    format_weight: float = 0.0  # weight of the strict format reward; logged either way (a bonus made runs collapse)
-    lr: float = 1e-4  # AdamW learning rate, constant; 1e-4 learned here, 3e-4 collapsed
-    weight_decay: float = 0.0  # AdamW's decoupled weight decay
-    max_grad_norm: float = 1.0  # clip the global gradient norm to this
-    eval_every: int = 25  # steps between greedy held-out evaluations (also at step 0 and at the end); 0: never
-    eval_n: int = 200  # held-out problems per evaluation
-    out: str | None = None  # folder for checkpoints (model/ and trainer.pt, replaced atomically); None: no saving
-    save_every: int = 0  # steps between checkpoints into out; 0: only at the end
-    resume: bool = False  # continue from the checkpoint in out if there is one (else start), as an unbroken run would
-    seed: int = 0  # prompts and sampling of step s are seeded by (seed, s), so a resumed run draws the same
-    threads: int = 0  # torch CPU threads; 0 keeps torch's default
-    device: str = "auto"  # "auto" (a GPU when there is one), "cpu", "cuda"
 
 
 @dataclass
@@ -94,29 +57,30 @@ class GRPOResult:
     config: GRPOConfig | None = None
 
 
-def check_config(cfg: GRPOConfig) -> None:
-    """Raise a ValueError that names the field and what it allows."""
-    if not isinstance(cfg.group_size, int) or cfg.group_size < 2:
+__all__ = ["GRPOConfig", "GRPOResult", "check_config", "denominator_share", "draw_problems", "grpo_loss",
+           "reward_parts", "train"]  # fmt: skip
+
+CAUSES = (
+    "a learning rate too high (lr), a reward that is NaN, inf or huge, a starting checkpoint with non-finite "
+    "weights, or max_grad_norm too large to tame a bad batch. Lower lr, check the reward function, or resume from "
+    "the last checkpoint (it holds finite weights only)"
+)
+
+
+def check_config(cfg: GRPOConfig) -> GRPOConfig:
+    """Check every field of ``cfg`` (type and range) before any work; raise naming the field and what it allows."""
+    positive = ("steps", "prompts_per_step", "group_size", "temperature", "iterations", "lr", "max_grad_norm")
+    nonneg = ("max_new_tokens", "clip_high", "beta", "weight_decay", "eval_every", "save_every", "threads", "seed")
+    choices = {"task": tuple(TASKS), "scale": GROUP_SCALES, "loss_agg": LOSS_AGGS}
+    _validate.check_config(cfg, positive + ("eval_n",), nonneg, unit=("clip_low",), choices=choices)
+    if cfg.group_size < 2:
         raise ValueError(
             f"group_size must be an int >= 2, got {cfg.group_size!r}: GRPO's baseline is the mean reward of the other "
             "completions to the same prompt, so a group of one always has advantage 0 and nothing is learned"
         )
-    for name in ("steps", "prompts_per_step", "iterations"):
-        if not isinstance(getattr(cfg, name), int) or getattr(cfg, name) < 1:
-            raise ValueError(f"{name} must be an int >= 1, got {getattr(cfg, name)!r}")
-    for name in ("max_new_tokens", "eval_every", "save_every", "threads"):
-        if not isinstance(getattr(cfg, name), int) or getattr(cfg, name) < 0:
-            raise ValueError(f"{name} must be an int >= 0, got {getattr(cfg, name)!r}")
-    if cfg.scale not in GROUP_SCALES:
-        raise ValueError(f"scale must be one of {GROUP_SCALES}, got {cfg.scale!r}")
-    if cfg.loss_agg not in LOSS_AGGS:
-        raise ValueError(f"loss_agg must be one of {LOSS_AGGS}, got {cfg.loss_agg!r}")
-    if not (isinstance(cfg.beta, (int, float)) and cfg.beta >= 0):
-        raise ValueError(f"beta must be >= 0 (0 skips the reference model), got {cfg.beta!r}")
-    if not (isinstance(cfg.lr, (int, float)) and cfg.lr > 0):
-        raise ValueError(f"lr must be > 0, got {cfg.lr!r}")
     if cfg.resume and not cfg.out:
         raise ValueError("resume=True needs out, the folder that holds the checkpoint to continue from")
+    return cfg
 
 
 def grpo_loss(
@@ -189,26 +153,6 @@ def reward_parts(cfg: GRPOConfig, task, reward_fn: rw.RewardFn | None) -> dict:
     return parts
 
 
-def save_checkpoint(path: Path, model, tokenizer, optimizer, step: int, history: History, evals: list, cfg) -> Path:
-    """``path/model`` (``minirl.lm.save``) and ``path/trainer.pt`` (optimizer, step, history), written to a temporary
-    folder and renamed into place: an exception midway leaves the previous checkpoint intact."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(dir=path.parent, prefix=f".{path.name}.tmp-"))
-    try:
-        save(model, tokenizer, tmp / "model", {"grpo_step": step, "config": dataclasses.asdict(cfg)})
-        state = {"optimizer": optimizer.state_dict(), "step": step, "rows": history.rows, "evals": evals}
-        torch.save(state, tmp / "trainer.pt")
-        old = path.with_name(f".{path.name}.old")
-        shutil.rmtree(old, ignore_errors=True)
-        if path.exists():
-            os.replace(path, old)
-        os.replace(tmp, path)
-        shutil.rmtree(old, ignore_errors=True)
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
-    return path
-
-
 def train(
     cfg: GRPOConfig,
     progress: bool = False,
@@ -223,21 +167,25 @@ def train(
     With ``cfg.out`` and ``cfg.resume``, training continues from the checkpoint there.
     """
     check_config(cfg)
+    # claim the output folder and read its checkpoint before any work: a refusal costs nothing
+    out, saved = runs.start_run(cfg.out, cfg.resume) if cfg.out else (None, None)
+    resumes = []  # one record per resume: its step and the settings that changed (only those runs.FREE allows)
+    if saved is not None:
+        changed = runs.check_resume(saved, cfg, "grpo")
+        resumes = saved.state.get("resumes", []) + [{"step": saved.step, "changed": changed}]
     if cfg.threads:
         torch.set_num_threads(cfg.threads)
     task = get_task(cfg.task)
     max_new = cfg.max_new_tokens or task.max_new_tokens
-    G, out = cfg.group_size, Path(cfg.out) if cfg.out else None
+    G = cfg.group_size
     start, history, evals = 0, History(), []
-    resuming = cfg.resume and out is not None and (out / "trainer.pt").exists()
-    model, tokenizer = load(out / "model" if resuming else cfg.model, device=cfg.device)
+    model, tokenizer = load(saved.model_path() if saved else cfg.model, device=cfg.device)
     device = next(model.parameters()).device
     ref_model = load(cfg.model, device=cfg.device)[0].requires_grad_(False) if cfg.beta > 0 else None  # frozen pi_ref
     optimizer = torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
-    if resuming:
-        state = torch.load(out / "trainer.pt", weights_only=False)
-        optimizer.load_state_dict(state["optimizer"])
-        start, history.rows, evals = state["step"], state["rows"], state["evals"]
+    if saved is not None:
+        saved.load_optimizer("policy", optimizer)
+        start, history.rows, evals = saved.step, saved.state["rows"], saved.state["evals"]
     parts = reward_parts(cfg, task, reward_fn)
 
     def evaluation(step: int) -> dict:
@@ -256,7 +204,10 @@ def train(
         answers = [p.answer for p in problems for _ in range(G)]
         generator = torch.Generator(device).manual_seed(cfg.seed * 1_000_003 + step)
         smp = sample(model, tokenizer, prompts, max_new, temperature=cfg.temperature, generator=generator)
-        rew, values = rw.score(parts, prompts, smp.text, answers)  # (B,), {name: (B,)}
+        try:
+            rew, values = rw.score(parts, prompts, smp.text, answers)  # (B,), {name: (B,)}; each part checked finite
+        except ValueError as err:
+            raise ValueError(f"step {step + 1}: {err}") from err
         t1 = time.perf_counter()
         if on_batch is not None:
             on_batch(step + 1, prompts, smp.text, {"reward": rew, **values})
@@ -305,12 +256,15 @@ def train(
                     cfg.loss_agg,
                     max_new,
                 )
+                _validate.check_finite(step + 1, CAUSES, loss=loss)
                 loss.backward()
             else:  # every advantage is 0: a zero gradient, on which AdamW still applies its momentum
                 for p in model.parameters():
                     p.grad = torch.zeros_like(p)
-            torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.max_grad_norm)
+            grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.max_grad_norm)  # before clipping
+            _validate.check_finite(step + 1, CAUSES, gradient_norm=grad_norm)
             optimizer.step()
+            _validate.check_finite_parameters(model, step + 1, CAUSES)  # so no checkpoint ever holds NaN or inf
             if not len(live):
                 stats["loss"].append(0.0)
                 continue
@@ -350,6 +304,7 @@ def train(
         history.log(**row)
         bar.set_postfix({"acc": f"{row['accuracy']:.2f}", "len": f"{row['length']:.0f}"}, refresh=False)
         if out is not None and ((cfg.save_every and (step + 1) % cfg.save_every == 0) or step + 1 == cfg.steps):
-            save_checkpoint(out, model, tokenizer, optimizer, step + 1, history, evals, cfg)
+            state = {"step": step + 1, "rows": history.rows, "evals": evals, "resumes": resumes}
+            runs.save_run(out, {"model": model}, tokenizer, {"policy": optimizer}, state, cfg, "grpo")
     bar.close()
     return GRPOResult(model=model, tokenizer=tokenizer, history=history, evals=evals, config=cfg)

@@ -9,14 +9,19 @@ machine with network access, and ``load(PRETRAINED)`` loads the checkpoint that 
 import inspect
 import json
 import os
-import shutil
-import tempfile
+import socket
+import threading
 from pathlib import Path
+from urllib.parse import urlparse
 
 import torch
+from huggingface_hub import constants as hf_constants
 from transformers import AutoModelForCausalLM, AutoTokenizer, LlamaConfig, LlamaForCausalLM
 
-PRETRAINED = Path(__file__).resolve().parent / "checkpoints" / "tiny-adder"
+from minirl._io import write_folder
+from minirl.lm.config import PRETRAINED  # noqa: F401  (re-exported: minirl.lm.model.PRETRAINED)
+
+MARKER = "minirl.json"  # in every checkpoint folder minirl wrote; lm.save replaces only such folders
 
 
 def tiny_config(
@@ -67,21 +72,14 @@ def load(name_or_path: str | os.PathLike, device: str | torch.device = "auto"):
     """``(model, tokenizer)`` from a local checkpoint folder or a Hugging Face Hub name, with ``from_pretrained``.
 
     The tokenizer pads on the left (generation appends on the right) and falls back to eos as its pad token. The model
-    is returned in eval mode on ``device``. Offline, a hub name that is not in the local cache fails with an OSError
-    that says how to fix it.
+    is returned in eval mode on ``device``. A checkpoint loads whole or not at all: a missing, unreadable or
+    incomplete file, or weights that do not match the model, raise an error naming the file. A hub name that is
+    neither cached nor reachable fails at once with an OSError that says how to fix it.
     """
-    try:
-        tokenizer = AutoTokenizer.from_pretrained(name_or_path)
-        model = AutoModelForCausalLM.from_pretrained(name_or_path)
-    except OSError as err:
-        if Path(name_or_path).is_dir():
-            raise
-        raise OSError(
-            f"cannot load {str(name_or_path)!r}: it is not a local folder, and the Hugging Face Hub could not provide "
-            "it (no network, or HF_HUB_OFFLINE=1, and not in the local cache). Fix: pass the folder of a saved "
-            "checkpoint, such as minirl.lm.PRETRAINED, or download the model once where there is network "
-            f"(`hf download {name_or_path}`) so that it is cached."
-        ) from err
+    if Path(name_or_path).is_dir():
+        model, tokenizer = _load_folder(Path(name_or_path))
+    else:
+        model, tokenizer = _load_hub(str(name_or_path))
     tokenizer.padding_side = "left"
     if tokenizer.pad_token is None:
         tokenizer.pad_token = tokenizer.eos_token
@@ -89,32 +87,104 @@ def load(name_or_path: str | os.PathLike, device: str | torch.device = "auto"):
     return model.to(resolve_device(device)).eval(), tokenizer
 
 
+def _load_folder(path: Path):
+    """Model and tokenizer from a local folder, naming the file at fault when one is missing or broken."""
+    if not (path / "config.json").is_file():
+        raise OSError(
+            f"{path / 'config.json'} is missing, so {path} is not a complete model checkpoint; load the folder that "
+            "minirl.lm.save or save_pretrained wrote (it holds config.json, model.safetensors and the tokenizer)"
+        )
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(path)
+    except Exception as err:  # a half-written tokenizer.json surfaces as JSON, Rust or OS errors alike
+        raise OSError(
+            f"cannot read the tokenizer in {path} (tokenizer.json or tokenizer_config.json is missing or damaged: "
+            f"{err}); copy the checkpoint again, or save it anew with minirl.lm.save"
+        ) from err
+    try:
+        model, info = AutoModelForCausalLM.from_pretrained(path, output_loading_info=True)
+    except Exception as err:  # a truncated model.safetensors fails in safetensors' header parser
+        raise OSError(
+            f"cannot read the weights in {path} (model.safetensors missing, truncated or damaged: {err}); copy the "
+            "checkpoint again, or save it anew with minirl.lm.save"
+        ) from err
+    check_loading_info(path, info)
+    return model, tokenizer
+
+
+def check_loading_info(path, info: dict) -> None:
+    """Raise when ``from_pretrained`` left weights at random initialisation or dropped some from the file.
+
+    ``info`` is what ``from_pretrained(..., output_loading_info=True)`` returns. Tied weights (``lm_head.weight``
+    when ``tie_word_embeddings``) are not stored and are not reported missing, so every key named here is a fault.
+    """
+    problems = {
+        "missing from the file (they would be random)": sorted(info.get("missing_keys", ())),
+        "in the file but not in the model": sorted(info.get("unexpected_keys", ())),
+        "of the wrong shape": sorted(str(k) for k in info.get("mismatched_keys", ())),
+    }
+    found = [f"{len(keys)} {what}: {', '.join(keys[:4])}{' ...' if len(keys) > 4 else ''}" for what, keys in
+             problems.items() if keys]  # fmt: skip
+    if found or info.get("error_msgs"):
+        raise ValueError(
+            f"the weights in {path}/model.safetensors do not match its config.json: {'; '.join(found)} "
+            f"{' '.join(info.get('error_msgs', []))}. A checkpoint loads whole or not at all: use the folder "
+            "exactly as minirl.lm.save or save_pretrained wrote it"
+        )
+
+
+def hub_reachable(timeout: float = 2.0) -> bool:
+    """True when the Hugging Face Hub's host name resolves within ``timeout`` seconds (one DNS lookup, no download).
+
+    ``getaddrinfo`` has no timeout of its own, so it runs in a daemon thread that is abandoned when it is too slow.
+    """
+    host = urlparse(os.environ.get("HF_ENDPOINT", "https://huggingface.co")).hostname or "huggingface.co"
+    found = []
+    probe = threading.Thread(target=lambda: found.append(socket.getaddrinfo(host, 443)), daemon=True)
+    probe.start()
+    probe.join(timeout)
+    return bool(found)
+
+
+def _load_hub(name: str):
+    """Model and tokenizer by hub name: from the local cache first, from the network only when it can answer."""
+    try:
+        return _from_pretrained(name, local_files_only=True)
+    except OSError as err:
+        cached_error = err
+    offline = os.environ.get("HF_HUB_OFFLINE", "").upper() in ("1", "ON", "YES", "TRUE") or hf_constants.HF_HUB_OFFLINE
+    if offline or not hub_reachable():
+        reason = "HF_HUB_OFFLINE=1 is set" if offline else "the Hugging Face Hub cannot be reached (no network)"
+        raise OSError(
+            f"cannot load {name!r}: it is not a local folder, not in the local Hugging Face cache, and {reason}. "
+            "Fix: pass the folder of a saved checkpoint, such as minirl.lm.PRETRAINED, or download the model once "
+            f"where there is network (`hf download {name}`) so that it is cached."
+        ) from cached_error
+    return _from_pretrained(name)
+
+
+def _from_pretrained(name: str, **kwargs):
+    model, info = AutoModelForCausalLM.from_pretrained(name, output_loading_info=True, **kwargs)
+    check_loading_info(name, info)
+    return model, AutoTokenizer.from_pretrained(name, **kwargs)
+
+
+def write_checkpoint(model, tokenizer, folder: Path, metadata: dict | None = None) -> None:
+    """Write weights (safetensors), config, tokenizer and ``minirl.json`` (``metadata``) into the new folder
+    ``folder``, without the atomic swap: ``save`` and ``minirl.lm.runs`` wrap it in ``_io.write_folder``."""
+    model.save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
+    (folder / MARKER).write_text(json.dumps({"written_by": "minirl", **(metadata or {})}, indent=2) + "\n")
+
+
 def save(model, tokenizer, path: str | os.PathLike, metadata: dict | None = None) -> Path:
     """Save weights (safetensors), config and tokenizer, plus ``metadata`` as ``minirl.json``, into the folder ``path``.
 
-    Everything is written into a temporary folder next to ``path`` and then renamed into place, so an exception while
-    writing leaves the previous checkpoint at ``path`` untouched.
+    The folder is written whole (``_io.write_folder``): into a temporary folder first, then moved into place, so a
+    crash leaves the previous checkpoint or the new one, never half of one. ``path`` must be new, empty, or a
+    checkpoint minirl wrote (it holds ``minirl.json``): a folder of other files is refused, never replaced.
     """
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(dir=path.parent, prefix=f".{path.name}.tmp-"))
-    try:
-        model.save_pretrained(tmp)
-        tokenizer.save_pretrained(tmp)
-        if metadata is not None:
-            (tmp / "minirl.json").write_text(json.dumps(metadata, indent=2) + "\n")
-        for file in tmp.iterdir():
-            file.chmod(0o644)
-        tmp.chmod(0o755)  # mkdtemp makes the folder private; a checkpoint is for everyone
-        old = path.with_name(f".{path.name}.old")
-        shutil.rmtree(old, ignore_errors=True)
-        if path.exists():
-            os.replace(path, old)  # a folder cannot be replaced in one step: move the old one aside first
-        os.replace(tmp, path)
-        shutil.rmtree(old, ignore_errors=True)
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
-    return path
+    return write_folder(path, lambda folder: write_checkpoint(model, tokenizer, folder, metadata), MARKER)
 
 
 def cache_kwarg(model) -> str:

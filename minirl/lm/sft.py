@@ -5,7 +5,7 @@ The loss is the mean negative log-likelihood of the completion tokens (the eos i
     L(theta) = - sum_{i, t} log pi_theta(o_{i,t} | q_i, o_{i,<t}) / (number of completion tokens)
 
 The prompt's tokens condition the model but are never targets. The same loop serves R1's cold start, pretraining
-the course's model from scratch (``minirl.lm.pretrain``), rejection-sampling SFT and distillation.
+the course's model from scratch (``minirl.lm.pretraining``), rejection-sampling SFT and distillation.
 
 Shapes
     B   examples in a batch

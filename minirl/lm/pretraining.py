@@ -11,38 +11,16 @@ The committed checkpoint (``minirl/lm/checkpoints/README.md``) scores 34% greedy
 import dataclasses
 import platform
 import time
-from dataclasses import dataclass
 from pathlib import Path
 
 import torch
 
 from minirl.lm import sft
+from minirl.lm.config import PretrainConfig
 from minirl.lm.evaluation import evaluate
 from minirl.lm.model import make_model, save
 from minirl.lm.tasks import get_task, make_problems
 from minirl.lm.tokenizer import build_tokenizer
-
-
-@dataclass
-class PretrainConfig:
-    """Everything that decides the checkpoint. Each field is an option of ``minirl lm pretrain``."""
-
-    out: str = "checkpoints/tiny-adder"  # folder to write the checkpoint into (replaced atomically)
-    task: str = "addition"  # task family: addition (3 digits), sorting (4 numbers), addition-plain (no tags)
-    pool_size: int = 800  # distinct training problems, seen again every epoch; a small pool slows learning down
-    steps: int = 300  # optimizer steps, the only stopping rule
-    batch_size: int = 32  # problems per step
-    lr: float = 1e-3  # AdamW learning rate, constant after the warm-up: stopping early is truncating a longer run
-    warmup_steps: int = 50  # linear warm-up steps
-    hidden_size: int = 128  # model width
-    num_layers: int = 4  # transformer blocks
-    num_heads: int = 4  # attention heads
-    intermediate_size: int = 384  # SwiGLU hidden width
-    eval_every: int = 100  # steps between greedy held-out accuracy checks on the progress bar
-    eval_n: int = 100  # held-out problems for those checks
-    final_n: int = 500  # held-out problems for the final evaluation stored with the checkpoint
-    seed: int = 0  # weights, problem pool and shuffling
-    threads: int = 0  # torch CPU threads; 0 keeps torch's default. Results are reproducible per thread count
 
 
 def pretrain(cfg: PretrainConfig, progress: bool = True) -> sft.SFTResult:

@@ -1,0 +1,68 @@
+"""The configs of the ``minirl lm`` commands, in a module that imports neither torch nor transformers.
+
+``minirl --help`` and ``minirl train ...`` build their parsers from these dataclasses without loading the language
+model's libraries (seconds of imports). The trainers re-export them: ``minirl.lm.grpo.GRPOConfig`` and
+``minirl.lm.pretraining.PretrainConfig`` are these classes.
+"""
+
+from dataclasses import dataclass
+from pathlib import Path
+
+PRETRAINED = Path(__file__).resolve().parent / "checkpoints" / "tiny-adder"  # the course's committed checkpoint
+
+
+@dataclass
+class GRPOConfig:
+    """Hyperparameters of ``train``; each field is an option of ``minirl lm grpo``. Defaults follow runs that learned
+    on 2 CPU cores (16 prompts x 8 completions, temperature 1, one iteration, lr 1e-4, beta 0)."""
+
+    model: str = str(PRETRAINED)  # checkpoint folder or hub name to start from (and the frozen reference, beta > 0)
+    task: str = "addition"  # task family of minirl.lm.tasks: addition (3 digits), sorting, addition-plain
+    steps: int = 200  # GRPO steps; each samples B = prompts_per_step * group_size completions and trains on them
+    prompts_per_step: int = 16  # N questions per step, fresh training problems each step
+    group_size: int = 8  # G completions per question (Shao et al. 2024 used 64); >= 2, a group of one has no baseline
+    max_new_tokens: int = 0  # completion budget; 0 takes the task's (a little above its longest target)
+    temperature: float = 1.0  # sampling temperature T; log-probs are of the same softmax(logits / T); usually 0.7-1.0
+    iterations: int = 1  # mu, gradient steps per batch (Shao et al. 2024 Alg. 1); 1 keeps the ratio at 1 (no clipping)
+    clip_low: float = 0.2  # epsilon, the ratio's lower clip 1 - clip_low, Schulman et al. 2017 Eq. 7; usually 0.1-0.3
+    clip_high: float | None = None  # upper clip 1 + clip_high; None: symmetric; 0.28 is DAPO's clip-higher
+    beta: float = 0.0  # coefficient of the k3 KL to the frozen start model, Shao et al. 2024 Eq. 3 (0.04); 0: no ref
+    scale: str = "group"  # advantage denominator: "group" std (GRPO), "batch" std, "none" (Dr. GRPO)
+    loss_agg: str = "seq-mean-token-mean"  # seq-mean-token-mean (GRPO), token-mean (DAPO), seq-mean-token-sum-norm
+    mask_truncated: bool = False  # leave completions that hit max_new_tokens without eos out of the loss (DAPO)
+    drop_zero_variance: bool = False  # leave groups whose rewards are all equal out of the loss (their A_i are 0)
+    accuracy_weight: float = 1.0  # weight of the accuracy reward (1 for the right answer in <answer>..</answer>)
+    format_weight: float = 0.0  # weight of the strict format reward; logged either way (a bonus made runs collapse)
+    lr: float = 1e-4  # AdamW learning rate, constant; 1e-4 learned here, 3e-4 collapsed
+    weight_decay: float = 0.0  # AdamW's decoupled weight decay
+    max_grad_norm: float = 1.0  # clip the global gradient norm to this
+    eval_every: int = 25  # steps between greedy held-out evaluations (also at step 0 and at the end); 0: never
+    eval_n: int = 200  # held-out problems per evaluation
+    out: str | None = None  # run folder: checkpoint/ (model/, optimizer, trainer.json), replaced whole; None: no saving
+    save_every: int = 0  # steps between checkpoints into out; 0: only at the end
+    resume: bool = False  # continue the run in out (else start) as if unbroken; settings of the math must match
+    seed: int = 0  # prompts and sampling of step s are seeded by (seed, s), so a resumed run draws the same
+    threads: int = 0  # torch CPU threads; 0 keeps torch's default
+    device: str = "auto"  # "auto" (a GPU when there is one), "cpu", "cuda"
+
+
+@dataclass
+class PretrainConfig:
+    """Everything that decides the checkpoint. Each field is an option of ``minirl lm pretrain``."""
+
+    out: str = "checkpoints/tiny-adder"  # checkpoint folder: new, empty or a minirl checkpoint (replaced whole)
+    task: str = "addition"  # task family: addition (3 digits), sorting (4 numbers), addition-plain (no tags)
+    pool_size: int = 800  # distinct training problems, seen again every epoch; a small pool slows learning down
+    steps: int = 300  # optimizer steps, the only stopping rule
+    batch_size: int = 32  # problems per step
+    lr: float = 1e-3  # AdamW learning rate, constant after the warm-up: stopping early is truncating a longer run
+    warmup_steps: int = 50  # linear warm-up steps
+    hidden_size: int = 128  # model width
+    num_layers: int = 4  # transformer blocks
+    num_heads: int = 4  # attention heads
+    intermediate_size: int = 384  # SwiGLU hidden width
+    eval_every: int = 100  # steps between greedy held-out accuracy checks on the progress bar
+    eval_n: int = 100  # held-out problems for those checks
+    final_n: int = 500  # held-out problems for the final evaluation stored with the checkpoint
+    seed: int = 0  # weights, problem pool and shuffling
+    threads: int = 0  # torch CPU threads; 0 keeps torch's default. Results are reproducible per thread count
