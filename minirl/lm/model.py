@@ -18,7 +18,7 @@ import torch
 from huggingface_hub import constants as hf_constants
 from transformers import AutoModelForCausalLM, AutoTokenizer, LlamaConfig, LlamaForCausalLM
 
-from minirl._io import write_folder
+from minirl._io import recover_folder, refuse_foreign, write_folder
 from minirl.lm.config import PRETRAINED  # noqa: F401  (re-exported: minirl.lm.model.PRETRAINED)
 
 MARKER = "minirl.json"  # in every checkpoint folder minirl wrote; lm.save replaces only such folders
@@ -105,8 +105,8 @@ def _load_folder(path: Path):
         model, info = AutoModelForCausalLM.from_pretrained(path, output_loading_info=True)
     except Exception as err:  # a truncated model.safetensors fails in safetensors' header parser
         raise OSError(
-            f"cannot read the weights in {path} (model.safetensors missing, truncated or damaged: {err}); copy the "
-            "checkpoint again, or save it anew with minirl.lm.save"
+            f"cannot read the weights in {path / 'model.safetensors'}: missing, truncated, damaged, or of other shapes "
+            f"than config.json says ({err}); copy the checkpoint again, or save it anew with minirl.lm.save"
         ) from err
     check_loading_info(path, info)
     return model, tokenizer
@@ -127,9 +127,9 @@ def check_loading_info(path, info: dict) -> None:
              problems.items() if keys]  # fmt: skip
     if found or info.get("error_msgs"):
         raise ValueError(
-            f"the weights in {path}/model.safetensors do not match its config.json: {'; '.join(found)} "
-            f"{' '.join(info.get('error_msgs', []))}. A checkpoint loads whole or not at all: use the folder "
-            "exactly as minirl.lm.save or save_pretrained wrote it"
+            f"the weights in {path}/model.safetensors do not match its config.json: "
+            f"{'; '.join(found + list(info.get('error_msgs', [])))}. A checkpoint loads whole or not at all: use the "
+            "folder exactly as minirl.lm.save or save_pretrained wrote it"
         )
 
 
@@ -177,6 +177,19 @@ def write_checkpoint(model, tokenizer, folder: Path, metadata: dict | None = Non
     (folder / MARKER).write_text(json.dumps({"written_by": "minirl", **(metadata or {})}, indent=2) + "\n")
 
 
+def checkpoint_folder(path: str | os.PathLike) -> Path:
+    """``path`` if ``save`` may write a checkpoint there, checked before any work: new, empty, or a checkpoint minirl
+    wrote. Raises ``FileExistsError`` for a folder of other files and ``ValueError`` for the current folder."""
+    path = Path(path)
+    if path.name in ("", ".", "..") or path.resolve() == Path.cwd().resolve():
+        raise ValueError(
+            f"cannot write a checkpoint to {str(path)!r}, the current folder or its parent: a checkpoint folder is "
+            "replaced whole when it is saved again. Name a folder of its own, such as checkpoints/my-model"
+        )
+    refuse_foreign(recover_folder(path), MARKER, "checkpoint")
+    return path
+
+
 def save(model, tokenizer, path: str | os.PathLike, metadata: dict | None = None) -> Path:
     """Save weights (safetensors), config and tokenizer, plus ``metadata`` as ``minirl.json``, into the folder ``path``.
 
@@ -184,6 +197,7 @@ def save(model, tokenizer, path: str | os.PathLike, metadata: dict | None = None
     crash leaves the previous checkpoint or the new one, never half of one. ``path`` must be new, empty, or a
     checkpoint minirl wrote (it holds ``minirl.json``): a folder of other files is refused, never replaced.
     """
+    path = checkpoint_folder(path)
     return write_folder(path, lambda folder: write_checkpoint(model, tokenizer, folder, metadata), MARKER)
 
 

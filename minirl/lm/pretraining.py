@@ -15,19 +15,31 @@ from pathlib import Path
 
 import torch
 
+from minirl import _validate
 from minirl.lm import sft
 from minirl.lm.config import PretrainConfig
 from minirl.lm.evaluation import evaluate
-from minirl.lm.model import make_model, save
-from minirl.lm.tasks import get_task, make_problems
+from minirl.lm.model import checkpoint_folder, make_model, save
+from minirl.lm.tasks import TASKS, get_task, make_problems
 from minirl.lm.tokenizer import build_tokenizer
+
+
+def check_config(cfg: PretrainConfig) -> PretrainConfig:
+    """Check every field of ``cfg`` (type and range) before any work; raise naming the field and what it allows."""
+    positive = ("pool_size", "steps", "batch_size", "lr", "hidden_size", "num_layers", "num_heads",
+                "intermediate_size", "eval_every", "eval_n", "final_n")  # fmt: skip
+    nonneg = ("warmup_steps", "seed", "threads")
+    return _validate.check_config(cfg, positive, nonneg, choices={"task": tuple(TASKS)})
 
 
 def pretrain(cfg: PretrainConfig, progress: bool = True) -> sft.SFTResult:
     """Build the tokenizer and model, train them, evaluate on held-out problems, save the checkpoint to ``cfg.out``.
 
-    The checkpoint's ``minirl.json`` records the config, the final evaluation, the wall time and the machine.
+    The checkpoint's ``minirl.json`` records the config, the final evaluation, the wall time and the machine. The
+    config and ``cfg.out`` are checked before training: a folder of other files is refused, never replaced.
     """
+    check_config(cfg)
+    checkpoint_folder(cfg.out)
     if cfg.threads:
         torch.set_num_threads(cfg.threads)
     start = time.perf_counter()

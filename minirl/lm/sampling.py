@@ -80,6 +80,46 @@ def logprobs(model, ids: torch.Tensor, mask: torch.Tensor, temperature: float = 
     return torch.where(scored, logp, torch.zeros_like(logp))
 
 
+def check_prompts(model, tokenizer, prompts: list[str], ids: torch.Tensor, mask: torch.Tensor, max_new: int) -> None:
+    """Raise when a prompt cannot be completed faithfully: it holds text the vocabulary lacks (it would be read as the
+    unknown token, and vanish from the decoded text), or it leaves fewer than ``max_new`` of the model's positions.
+
+    Args:
+        ids: (B, P) the prompts' token ids, left-padded; mask: (B, P) True on real tokens.
+    """
+    unk = tokenizer.unk_token_id
+    if unk is not None:
+        for row, prompt in enumerate(prompts):
+            if not (ids[row][mask[row]] == unk).any():
+                continue
+            pieces = _unknown_pieces(tokenizer, prompt)  # without the unknown token written out on purpose
+            if pieces or (pieces is None and tokenizer.unk_token not in prompt):
+                raise ValueError(
+                    f"prompt {row} ({prompt[:40]!r}) holds {pieces or 'text'} that the tokenizer's vocabulary lacks: "
+                    f"it would become {tokenizer.unk_token!r} and the model would never see it. Remove or replace "
+                    "those characters (the course's tokenizer knows printable ASCII and the newline)"
+                )
+    context = getattr(model.config, "max_position_embeddings", None)
+    longest = int(mask.sum(dim=1).max())
+    if context is not None and longest + max_new > context:
+        row = int(mask.sum(dim=1).argmax())
+        raise ValueError(
+            f"prompt {row} is {longest} tokens long and max_new_tokens is {max_new}: together {longest + max_new}, "
+            f"more than the model's {context} positions (max_position_embeddings). Shorten the prompt to at most "
+            f"{context - max_new} tokens, or ask for fewer new tokens"
+        )
+
+
+def _unknown_pieces(tokenizer, prompt: str) -> list[str] | None:
+    """The pieces of ``prompt`` that encode to the unknown token, other than the unknown token itself written out,
+    found with a fast tokenizer's character offsets; None for a slow tokenizer, which has no offsets."""
+    if not getattr(tokenizer, "is_fast", False):
+        return None
+    enc = tokenizer(prompt, return_offsets_mapping=True, add_special_tokens=False)
+    spans = [prompt[a:b] for i, (a, b) in zip(enc["input_ids"], enc["offset_mapping"]) if i == tokenizer.unk_token_id]
+    return [piece for piece in spans if piece != tokenizer.unk_token]
+
+
 @torch.no_grad()
 def sample(
     model,
@@ -121,6 +161,7 @@ def sample(
     prompt_mask = enc["attention_mask"].to(device).bool()  # (B, P)
     if not prompt_mask.any(dim=1).all():
         raise ValueError("a prompt encodes to no tokens (this tokenizer adds no bos); give every prompt some text")
+    check_prompts(model, tokenizer, list(prompts), enc["input_ids"], prompt_mask.cpu(), max_new_tokens)
     if seed is not None:
         generator = torch.Generator(device).manual_seed(seed)
     eos, pad = tokenizer.eos_token_id, tokenizer.pad_token_id

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 import torch
 from tqdm.auto import tqdm
 
-from minirl._validate import one_of
+from minirl import _validate
 from minirl.lm.model import check_vocab
 from minirl.lm.sampling import logprobs
 from minirl.lm.tasks import Problem
@@ -50,6 +50,19 @@ class SFTResult:
     model: object
     tokenizer: object
     history: list[dict] = field(default_factory=list)
+
+
+CAUSES = (
+    "a learning rate too high (lr, or too short a warm-up), grad_clip too large, or a model that already held NaN or "
+    "inf weights. Lower lr or raise warmup_steps, and start again from finite weights"
+)
+
+
+def check_config(cfg: SFTConfig) -> SFTConfig:
+    """Check every field of ``cfg`` (type and range) before any work; raise naming the field and what it allows."""
+    positive = ("steps", "batch_size", "lr", "grad_clip", "eval_every")
+    nonneg = ("warmup_steps", "weight_decay", "seed")
+    return _validate.check_config(cfg, positive, nonneg, choices={"schedule": SCHEDULES})
 
 
 def encode(tokenizer, examples: Sequence) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
@@ -118,10 +131,7 @@ def train(
     Every ``cfg.eval_every`` steps and at the end: the loss on ``heldout`` examples, and the metrics ``on_eval(model)``
     returns (held-out accuracy, say), both logged in the history and shown on the progress bar.
     """
-    cfg = cfg or SFTConfig()
-    if cfg.steps < 1 or cfg.batch_size < 1 or cfg.eval_every < 1:
-        raise ValueError(f"steps, batch_size and eval_every must be positive, got {cfg}")
-    one_of("schedule", cfg.schedule, SCHEDULES)
+    cfg = check_config(cfg or SFTConfig())
     check_vocab(model, tokenizer)
     ids, mask, loss_mask = encode(tokenizer, examples)  # (N, L) each, N examples
     device = next(model.parameters()).device
@@ -144,10 +154,13 @@ def train(
         for group in optimizer.param_groups:
             group["lr"] = lr_at(step, cfg)
         loss = sft_loss(model, b_ids, b_mask, b_loss_mask)
+        _validate.check_finite(step + 1, CAUSES, loss=loss)
         optimizer.zero_grad(set_to_none=True)
         loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip)
+        grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip)  # the norm before clipping
+        _validate.check_finite(step + 1, CAUSES, gradient_norm=grad_norm)
         optimizer.step()
+        _validate.check_finite_parameters(model, step + 1, CAUSES)
 
         # --- log ---
         row = {"step": step + 1, "loss": loss.item(), "lr": optimizer.param_groups[0]["lr"]}
