@@ -1,10 +1,15 @@
 """The LM GRPO trainer: its loss against a loop-based reference, a smoke run, resume, bad input, and learning."""
 
 import math
+import os
+import pickle
 
+import numpy as np
 import pytest
 import torch
+from safetensors.torch import load_file
 
+from minirl import _io
 from minirl.lm import PRETRAINED, build_tokenizer, grpo, make_model, runs, save
 from minirl.losses import LOSS_AGGS
 
@@ -182,6 +187,187 @@ def test_a_failed_save_leaves_the_previous_checkpoint(tiny, tmp_path, monkeypatc
     assert runs.load_run(out).step == 2
 
 
+class Killed(BaseException):
+    """Stands for the process being killed: nothing after it runs, not even except-clauses for Exception."""
+
+
+def count_calls(monkeypatch, kill_at: int | None = None) -> dict:
+    """Count the renames and removals of ``minirl._io`` (the steps of a checkpoint write); raise ``Killed`` at call
+    number ``kill_at`` of them, counted together."""
+    seen = {"n": 0}
+    for module, name in ((_io.os, "replace"), (_io.shutil, "rmtree")):
+        real = getattr(module, name)
+
+        def counted(*args, _real=real, **kwargs):
+            seen["n"] += 1
+            if seen["n"] == kill_at:
+                raise Killed
+            return _real(*args, **kwargs)
+
+        monkeypatch.setattr(module, name, counted)
+    return seen
+
+
+def test_a_kill_at_any_point_of_a_save_leaves_a_checkpoint_to_resume(tiny, tmp_path, monkeypatch):
+    """Kill the second save (step 2 over step 1) at each of its renames and removals, then resume: the run continues
+    from a complete checkpoint, step 1 or step 2, and ends with the parameters of an unbroken run."""
+    kw = dict(accuracy_weight=0.0, steps=3, save_every=1, seed=5)
+    want = grpo.train(tiny_cfg(tiny, **kw), reward_fn=length_reward).model.state_dict()
+    probe = tmp_path / "probe"
+    grpo.train(tiny_cfg(tiny, out=str(probe), **{**kw, "steps": 1}), reward_fn=length_reward)
+    seen = count_calls(monkeypatch)
+    grpo.train(tiny_cfg(tiny, out=str(probe), resume=True, **{**kw, "steps": 2}), reward_fn=length_reward)
+    calls = seen["n"]  # the steps of one save over an existing checkpoint
+    monkeypatch.undo()
+    assert calls >= 3
+    for k in range(1, calls + 1):
+        out = tmp_path / f"kill{k}"
+        grpo.train(tiny_cfg(tiny, out=str(out), **{**kw, "steps": 1}), reward_fn=length_reward)
+        count_calls(monkeypatch, kill_at=k)
+        with pytest.raises(Killed):
+            grpo.train(tiny_cfg(tiny, out=str(out), resume=True, **{**kw, "steps": 2}), reward_fn=length_reward)
+        monkeypatch.undo()
+        assert runs.load_run(out).step in (1, 2), k  # recovered: a complete checkpoint, old or new
+        resumed = grpo.train(tiny_cfg(tiny, out=str(out), resume=True, **kw), reward_fn=length_reward)
+        assert len(resumed.history) == 3 and runs.load_run(out).step == 3
+        got = resumed.model.state_dict()
+        assert all(torch.equal(want[name], got[name]) for name in want), k
+        assert sorted(p.name for p in out.iterdir()) == [_io.RUN_MARKER, "checkpoint"]  # nothing left over
+
+
+def test_the_old_copy_survives_while_it_is_the_only_complete_one(tiny, tmp_path):
+    """A kill between the two renames leaves only ``.checkpoint.old``: resuming restores it, never deletes it."""
+    out = tmp_path / "run"
+    kw = dict(accuracy_weight=0.0, steps=2)
+    grpo.train(tiny_cfg(tiny, out=str(out), **kw), reward_fn=length_reward)
+    os.replace(out / "checkpoint", out / ".checkpoint.old")
+    resumed = grpo.train(tiny_cfg(tiny, out=str(out), resume=True, **{**kw, "steps": 3}), reward_fn=length_reward)
+    assert len(resumed.history) == 3 and runs.load_run(out).step == 3 and not (out / ".checkpoint.old").exists()
+
+
+@pytest.mark.parametrize(
+    "change, fields",
+    [
+        (dict(lr=3e-4), "lr"),
+        (dict(group_size=2), "group_size"),
+        (dict(task="sorting", max_new_tokens=8), "max_new_tokens.*task"),
+        (dict(model=str(PRETRAINED)), "model"),
+    ],
+)
+def test_a_resume_that_changes_the_math_is_refused(tiny, tmp_path, change, fields):
+    out = tmp_path / "run"
+    grpo.train(tiny_cfg(tiny, out=str(out), accuracy_weight=0.0), reward_fn=length_reward)
+    with pytest.raises(ValueError, match=f"change the training math: {fields}.*Resume with the saved values"):
+        grpo.train(tiny_cfg(tiny, out=str(out), resume=True, steps=3, accuracy_weight=0.0, **change))
+    assert runs.load_run(out).step == 2  # untouched
+
+
+def test_a_resume_records_what_changed(tiny, tmp_path):
+    out = tmp_path / "run"
+    grpo.train(tiny_cfg(tiny, out=str(out), accuracy_weight=0.0), reward_fn=length_reward)
+    grpo.train(tiny_cfg(tiny, out=str(out), resume=True, steps=3, accuracy_weight=0.0), reward_fn=length_reward)
+    saved = runs.load_run(out)
+    assert saved.config["steps"] == 3 and saved.state["resumes"] == [{"step": 2, "changed": {"steps": [2, 3]}}]
+
+
+def test_a_checkpoint_is_never_unpickled(tiny, tmp_path, monkeypatch):
+    out = tmp_path / "run"
+    grpo.train(tiny_cfg(tiny, out=str(out), accuracy_weight=0.0), reward_fn=length_reward)
+    (out / "checkpoint" / "trainer.pt").write_bytes(b"a pickle payload would sit here")
+
+    def no_unpickling(*args, **kwargs):
+        raise AssertionError("torch.load called on a checkpoint")
+
+    monkeypatch.setattr(torch, "load", no_unpickling)
+    monkeypatch.setattr(pickle, "load", no_unpickling)
+    monkeypatch.setattr(pickle, "loads", no_unpickling)
+    resumed = grpo.train(tiny_cfg(tiny, out=str(out), resume=True, steps=3, accuracy_weight=0.0))
+    assert len(resumed.history) == 3
+
+
+def test_a_folder_minirl_did_not_write_is_refused_before_training(tiny, tmp_path, monkeypatch):
+    mine = tmp_path / "thesis"
+    mine.mkdir()
+    (mine / "chapter1.tex").write_text("years of work")
+    monkeypatch.setattr(grpo, "load", lambda *a, **kw: pytest.fail("training started"))
+    with pytest.raises(FileExistsError, match="not written by minirl.*Choose a new or empty folder"):
+        grpo.train(tiny_cfg(tiny, out=str(mine)))
+    assert [p.name for p in mine.iterdir()] == ["chapter1.tex"] and oct(mine.stat().st_mode & 0o777) != "0o700"
+    monkeypatch.chdir(mine)
+    with pytest.raises(FileExistsError, match="chapter1.tex"):  # --out . in a folder of one's own files
+        grpo.train(tiny_cfg(tiny, out="."))
+
+
+def test_out_dot_in_an_empty_folder_works(tiny, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    mode = tmp_path.stat().st_mode
+    grpo.train(tiny_cfg(tiny, out=".", accuracy_weight=0.0), reward_fn=length_reward)
+    assert runs.load_run(".").step == 2 and tmp_path.stat().st_mode == mode  # the folder's permissions unchanged
+    assert oct((tmp_path / "checkpoint").stat().st_mode & 0o777) == "0o755"
+    with pytest.raises(FileExistsError, match="Pass --resume"):  # starting over would replace the checkpoint
+        grpo.train(tiny_cfg(tiny, out="."))
+
+
+@pytest.mark.parametrize("where", ["log-probs", "gradient", "parameter"])
+def test_training_stops_at_the_first_non_finite_number_and_saves_nothing_after(tiny, tmp_path, monkeypatch, where):
+    """Step 1 is saved; step 2 meets a NaN (in the weights, the gradient norm or the parameters after the update):
+    training stops naming step 2 and its likely causes, and the checkpoint on disk is step 1's, all finite."""
+    out = tmp_path / "run"
+    state = {"step": 0}
+    real_load, real_clip, real_step = grpo.load, torch.nn.utils.clip_grad_norm_, torch.optim.AdamW.step
+
+    def load(*args, **kwargs):
+        model, tok = real_load(*args, **kwargs)
+        state["model"] = model
+        return model, tok
+
+    def on_batch(step, prompts, completions, rewards):
+        state["step"] = step
+        if step == 2 and where == "log-probs":
+            with torch.no_grad():
+                state["model"].get_input_embeddings().weight[:, 0] = float("nan")
+
+    def clip(parameters, max_norm):
+        norm = real_clip(parameters, max_norm)
+        return norm * float("inf") if state["step"] == 2 and where == "gradient" else norm
+
+    def step(self, *args, **kwargs):
+        result = real_step(self, *args, **kwargs)
+        if state["step"] == 2 and where == "parameter":
+            with torch.no_grad():
+                self.param_groups[0]["params"][0].fill_(float("inf"))
+        return result
+
+    monkeypatch.setattr(grpo, "load", load)
+    monkeypatch.setattr(torch.nn.utils, "clip_grad_norm_", clip)
+    monkeypatch.setattr(torch.optim.AdamW, "step", step)
+    cfg = tiny_cfg(tiny, out=str(out), steps=3, save_every=1, accuracy_weight=0.0)
+    with pytest.raises(FloatingPointError, match=f"{where}.* not finite .*at step 2.*learning rate too high"):
+        grpo.train(cfg, reward_fn=length_reward, on_batch=on_batch)
+    monkeypatch.undo()
+    saved = runs.load_run(out)
+    assert saved.step == 1
+    weights = load_file(saved.model_path() / "model.safetensors")
+    assert all(torch.isfinite(w).all() for w in weights.values())
+
+
+def test_a_nan_reward_is_named_with_its_step_and_part(tiny, tmp_path):
+    def nan_later(prompts, completions, answers):
+        return [float("nan")] * len(completions) if nan_later.calls else [0.0] * len(completions)
+
+    nan_later.calls = 0
+
+    def counted(prompts, completions, answers):
+        result = nan_later(prompts, completions, answers)
+        nan_later.calls += 1
+        return result
+
+    out = tmp_path / "run"
+    with pytest.raises(ValueError, match="step 2: reward function 'user' returned NaN or inf"):
+        grpo.train(tiny_cfg(tiny, out=str(out), steps=3, save_every=1), reward_fn=counted)
+    assert runs.load_run(out).step == 1
+
+
 def test_dropping_and_masking_leave_nothing_to_train_on(tiny):
     """A random model never answers right: every group has equal rewards (all 0), so dropping them skips the update.
     With a 2-token budget every completion is truncated, so masking truncated ones skips it too."""
@@ -194,19 +380,38 @@ def test_dropping_and_masking_leave_nothing_to_train_on(tiny):
 
 
 @pytest.mark.parametrize(
-    "kw, message",
+    "kw, error, message",
     [
-        (dict(group_size=1), "group of one"),
-        (dict(loss_agg="mean"), "loss_agg must be one of"),
-        (dict(scale="std"), "scale must be one of"),
-        (dict(beta=-0.1), "beta must be >= 0"),
-        (dict(steps=0), "steps must be > 0"),
-        (dict(resume=True), "resume=True needs out"),
+        (dict(group_size=1), ValueError, "group of one"),
+        (dict(loss_agg="mean"), ValueError, "loss_agg must be one of"),
+        (dict(scale="std"), ValueError, "scale must be one of"),
+        (dict(task="poetry"), ValueError, "task must be one of"),
+        (dict(beta=-0.1), ValueError, "beta must be >= 0"),
+        (dict(steps=0), ValueError, "steps must be > 0"),
+        (dict(steps=-1000), ValueError, "steps must be > 0"),
+        (dict(clip_low=-0.2), ValueError, r"clip_low must be in \[0, 1\]"),
+        (dict(clip_high=-0.1), ValueError, "clip_high must be >= 0"),
+        (dict(lr=0.0), ValueError, "lr must be > 0"),
+        (dict(lr=float("inf")), ValueError, "lr must be a finite number"),
+        (dict(max_grad_norm=-0.5), ValueError, "max_grad_norm must be > 0"),
+        (dict(temperature=0), ValueError, "temperature must be > 0"),
+        (dict(eval_n=0), ValueError, "eval_n must be > 0"),
+        (dict(group_size=True), TypeError, "group_size must be a number, got the bool"),
+        (dict(mask_truncated=1), TypeError, "mask_truncated must be True or False"),
+        (dict(steps=2.5), TypeError, "steps must be an integer"),
+        (dict(resume=True), ValueError, "resume=True needs out"),
     ],
 )
-def test_bad_config_raises(tiny, kw, message):
-    with pytest.raises(ValueError, match=message):
+def test_bad_config_raises_before_any_work(tiny, kw, error, message, monkeypatch):
+    monkeypatch.setattr(grpo, "load", lambda *a, **k: pytest.fail("training started"))
+    with pytest.raises(error, match=message):
         grpo.train(tiny_cfg(tiny, **kw))
+
+
+def test_numpy_numbers_are_numbers(tiny):
+    cfg = grpo.check_config(tiny_cfg(tiny, lr=np.float32(1e-4), group_size=np.int64(4), mask_truncated=np.bool_(0)))
+    assert type(cfg.lr) is float and type(cfg.group_size) is int and cfg.mask_truncated is False
+    assert grpo.train(cfg, reward_fn=length_reward).history["rows_trained"] == [8.0, 8.0]
 
 
 @pytest.mark.parametrize(

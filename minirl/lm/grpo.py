@@ -244,6 +244,7 @@ def train(
             optimizer.zero_grad(set_to_none=True)
             if len(live):
                 logp = logprobs(model, b_ids, b_mask, cfg.temperature)[:, P:]  # (B'', C)
+                _validate.check_finite(step + 1, CAUSES, **{"the policy's log-probs": logp})
                 loss = share * grpo_loss(
                     logp,
                     b_old_logp,

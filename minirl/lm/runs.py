@@ -156,7 +156,7 @@ def check_resume(saved: SavedRun, cfg, trainer: str, free: tuple[str, ...] = FRE
 
     A field that changes the math (task, model, group size, learning rate, ...) would make the resumed run neither the
     old one nor a new one: the optimizer carries the old learning rate, the history mixes two runs. Returns the free
-    fields that changed, ``{name: [old, new]}``, for the record.
+    fields that changed, ``{name: [old, new]}``, for the record (``resume`` itself left out: it always changes).
     """
     if saved.trainer != trainer:
         raise ValueError(
@@ -178,7 +178,7 @@ def check_resume(saved: SavedRun, cfg, trainer: str, free: tuple[str, ...] = FRE
             f"Resume with the saved values ({options}), or start a new run in another output folder. Only "
             f"{', '.join(free)} may change on resume"
         )
-    return {k: v for k, v in changed.items() if k in free}
+    return {k: v for k, v in changed.items() if k in free and k != "resume"}
 
 
 def load_weights(module: torch.nn.Module, folder: str | os.PathLike) -> None:
