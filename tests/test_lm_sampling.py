@@ -1,6 +1,7 @@
 """The sampler against a brute-force forward pass without cache, padding or position tricks."""
 
 import random
+import re
 
 import pytest
 import torch
@@ -150,3 +151,26 @@ def test_a_tokenizer_without_pad_is_named(model):
     tok.pad_token = None
     with pytest.raises(ValueError, match="pad token"):
         sample(model, tok, ["1+1="], max_new_tokens=3)
+
+
+def test_a_prompt_beyond_the_context_is_refused(model, tok):
+    context = model.config.max_position_embeddings  # 256
+    fits = "1" * (context - 10 - 1)  # the bos takes one position
+    assert sample(model, tok, [fits], max_new_tokens=10, greedy=True).completion_ids.shape[0] == 1
+    with pytest.raises(ValueError, match=f"together {context + 1}, more than the model's {context} positions"):
+        sample(model, tok, ["1+1=", fits + "1"], max_new_tokens=10)
+    with pytest.raises(ValueError, match="Shorten the prompt to at most 246 tokens"):
+        sample(model, tok, ["1" * 1000], max_new_tokens=10)
+
+
+@pytest.mark.parametrize("prompt, pieces", [("12+3é=", "['é']"), ("sort 4 → 2", "['→']"), ("<unk>ü", "['ü']")])
+def test_characters_outside_the_vocabulary_are_refused(model, tok, prompt, pieces):
+    with pytest.raises(
+        ValueError, match=f"prompt 1 .* holds {re.escape(pieces)} that the tokenizer's vocabulary lacks"
+    ):
+        sample(model, tok, ["1+1=", prompt], max_new_tokens=3)
+
+
+def test_the_unknown_token_written_out_is_accepted(model, tok):
+    """``<unk>`` typed on purpose is the tokenizer's own special token, not a lost character."""
+    assert len(sample(model, tok, ["12+3=<unk>"], max_new_tokens=3).text) == 1

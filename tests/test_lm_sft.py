@@ -2,6 +2,7 @@
 
 from types import SimpleNamespace
 
+import numpy as np
 import pytest
 import torch
 
@@ -64,8 +65,12 @@ def test_bad_input_is_named(tok):
     model = make_model(tok, **SIZES)
     with pytest.raises(ValueError, match="examples must not be empty"):
         sft.train(model, tok, [])
-    with pytest.raises(ValueError, match="must be positive"):
+    with pytest.raises(ValueError, match="steps must be > 0"):
         sft.train(model, tok, [("1", "2")], sft.SFTConfig(steps=0))
+    with pytest.raises(ValueError, match="grad_clip must be > 0"):
+        sft.train(model, tok, [("1", "2")], sft.SFTConfig(grad_clip=-0.5))
+    with pytest.raises(TypeError, match="batch_size must be a number, got the bool"):
+        sft.train(model, tok, [("1", "2")], sft.SFTConfig(batch_size=True))
     with pytest.raises(ValueError, match="schedule must be one of"):
         sft.train(model, tok, [("1", "2")], sft.SFTConfig(schedule="linear"))
     other = build_tokenizer()
@@ -92,3 +97,32 @@ def test_evaluate_counts_accuracy_format_and_pass_at_k(tok, monkeypatch):
     assert result.accuracy == 0.75 and result.format_rate == 0.5
     assert result.sampled_accuracy == 1 / 8 and result.sampled_format_rate == 1 / 8 and result.pass_at_k == 0.25
     assert result.examples[2] == (problems[2].prompt, "junk")
+
+
+def test_numpy_numbers_are_numbers():
+    cfg = sft.check_config(sft.SFTConfig(lr=np.float32(1e-3), steps=np.int64(3)))
+    assert type(cfg.lr) is float and type(cfg.steps) is int
+
+
+def test_sft_stops_at_the_first_non_finite_loss(tok):
+    model = make_model(tok, **SIZES)
+    with torch.no_grad():
+        model.get_input_embeddings().weight[:, 0] = float("inf")
+    with pytest.raises(FloatingPointError, match="loss is not finite .*at step 1.*learning rate too high"):
+        sft.train(model, tok, [("1+1=", "2")] * 4, sft.SFTConfig(steps=2, batch_size=2))
+
+
+def test_sft_stops_when_an_update_makes_the_weights_non_finite(tok, monkeypatch):
+    """A learning rate huge enough to overflow one weight: caught right after the update that did it."""
+    model = make_model(tok, **SIZES)
+    real_step = torch.optim.AdamW.step
+
+    def overflowing(self, *args, **kwargs):
+        result = real_step(self, *args, **kwargs)
+        with torch.no_grad():
+            self.param_groups[0]["params"][-1].mul_(float("inf"))
+        return result
+
+    monkeypatch.setattr(torch.optim.AdamW, "step", overflowing)
+    with pytest.raises(FloatingPointError, match=r"parameter .* not finite .*at step 1"):
+        sft.train(model, tok, [("1+1=", "2")] * 4, sft.SFTConfig(steps=2, batch_size=2))
