@@ -87,6 +87,26 @@ def value_loss(
     return 0.5 * torch.maximum(unclipped, (clipped - ret) ** 2)
 
 
+def bradley_terry_loss(chosen: torch.Tensor, rejected: torch.Tensor) -> torch.Tensor:
+    """The reward model's loss -log sigmoid(r_chosen - r_rejected), per pair (``notebooks/09_rlhf_ppo.ipynb``).
+
+    Bradley and Terry (1952) model a preference as P(chosen beats rejected) = sigmoid(r_chosen - r_rejected); this is
+    the negative log-likelihood of the observed label (Ouyang et al. 2022 Eq. 1). Only the difference of the two
+    scores matters, so the scores are defined up to a constant. Written with ``logsigmoid`` so that a large gap
+    never overflows.
+
+    Args:
+        chosen, rejected: (B,) scores of the preferred and the other completion of each pair.
+
+    Returns:
+        (B,) losses; ``.mean()`` is the usual objective.
+    """
+    chosen = as_tensor("chosen", chosen, ndims=(1,))
+    rejected = as_tensor("rejected", rejected, ndims=(1,))
+    same_shape(chosen=chosen, rejected=rejected)
+    return -torch.nn.functional.logsigmoid(chosen - rejected)
+
+
 def entropy(logits: torch.Tensor) -> torch.Tensor:
     """Entropy H = -sum_a pi(a) log pi(a) of categorical distributions given by logits (..., A) -> (...)."""
     logits = as_tensor("logits", logits)
