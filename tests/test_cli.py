@@ -2,6 +2,8 @@
 
 import csv
 import dataclasses
+import subprocess
+import sys
 
 import pytest
 
@@ -80,3 +82,17 @@ def test_train_then_eval(tmp_path, capsys):
     main(["eval", str(out / "policy"), "--episodes", "2"])
     printed = capsys.readouterr().out
     assert "CartPole-v1:" in printed and "over 2 deterministic episodes" in printed
+
+
+def test_the_parser_does_not_import_the_language_model_libraries():
+    """`minirl train ppo --help` must not pay seconds for transformers: the lm commands register lazily."""
+    code = (
+        "import sys; from minirl.cli import build_parser; build_parser(); "
+        "import minirl.lm.grpo as g, minirl.lm.config as c; "
+        "assert 'transformers' in sys.modules and g.GRPOConfig is c.GRPOConfig"
+    )
+    light = "import sys; from minirl.cli import build_parser; build_parser(); import minirl, minirl.lm; "
+    light += "minirl.lm.PRETRAINED; assert 'transformers' not in sys.modules, 'transformers was imported'"
+    for source in (light, code):
+        done = subprocess.run([sys.executable, "-c", source], capture_output=True, text=True)
+        assert done.returncode == 0, done.stderr

@@ -9,7 +9,18 @@ import torch
 from safetensors.torch import load_file
 
 from minirl._options import add_options, config_from, field_comments
-from minirl.lm import PRETRAINED, PretrainConfig, build_tokenizer, evaluate, load, make_model, pretrain, sample, tasks
+from minirl.lm import (
+    PRETRAINED,
+    PretrainConfig,
+    build_tokenizer,
+    evaluate,
+    load,
+    make_model,
+    pretrain,
+    pretraining,
+    sample,
+    tasks,
+)
 from minirl.lm.cli import register
 
 TINY = dict(
@@ -97,3 +108,35 @@ def test_committed_plain_checkpoint_never_saw_the_tags():
     right = [task.plain_answer(t) is not None and task.same_answer(task.plain_answer(t), p.answer)
              for t, p in zip(texts, held)]  # fmt: skip
     assert sum(right) >= 30
+
+
+def test_a_folder_minirl_did_not_write_is_refused_before_training(tmp_path, monkeypatch):
+    mine = tmp_path / "data"
+    mine.mkdir()
+    (mine / "measurements.csv").write_text("1,2,3\n")
+    monkeypatch.setattr(pretraining, "make_model", lambda *a, **kw: pytest.fail("training started"))
+    with pytest.raises(FileExistsError, match="not written by minirl.*Choose a new or empty folder"):
+        pretrain(PretrainConfig(out=str(mine), **TINY), progress=False)
+    args = parser().parse_args(["lm", "pretrain", f"--out={mine}"])
+    with pytest.raises(FileExistsError, match="measurements.csv"):
+        args.func(args)
+    assert [p.name for p in mine.iterdir()] == ["measurements.csv"] and oct(mine.stat().st_mode & 0o777) != "0o700"
+    monkeypatch.chdir(tmp_path / "data")
+    with pytest.raises(ValueError, match="current folder.*Name a folder of its own"):
+        pretrain(PretrainConfig(out=".", **TINY), progress=False)
+
+
+@pytest.mark.parametrize(
+    "kw, error, message",
+    [
+        (dict(steps=-1000), ValueError, "steps must be > 0"),
+        (dict(lr=0.0), ValueError, "lr must be > 0"),
+        (dict(hidden_size=0), ValueError, "hidden_size must be > 0"),
+        (dict(task="poetry"), ValueError, "task must be one of"),
+        (dict(seed=True), TypeError, "seed must be a number, got the bool"),
+    ],
+)
+def test_bad_config_is_refused_before_training(tmp_path, monkeypatch, kw, error, message):
+    monkeypatch.setattr(pretraining, "make_model", lambda *a, **kw: pytest.fail("training started"))
+    with pytest.raises(error, match=message):
+        pretrain(PretrainConfig(out=str(tmp_path / "ck"), **{**TINY, **kw}), progress=False)
