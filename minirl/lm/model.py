@@ -140,7 +140,14 @@ def hub_reachable(timeout: float = 2.0) -> bool:
     """
     host = urlparse(os.environ.get("HF_ENDPOINT", "https://huggingface.co")).hostname or "huggingface.co"
     found = []
-    probe = threading.Thread(target=lambda: found.append(socket.getaddrinfo(host, 443)), daemon=True)
+
+    def lookup() -> None:
+        try:
+            found.append(socket.getaddrinfo(host, 443))
+        except OSError:  # the name does not resolve: no network, or no DNS
+            pass
+
+    probe = threading.Thread(target=lookup, daemon=True)
     probe.start()
     probe.join(timeout)
     return bool(found)
