@@ -181,7 +181,8 @@ def write_checkpoint(model, tokenizer, folder: Path, metadata: dict | None = Non
     ``folder``, without the atomic swap: ``save`` and ``minirl.lm.runs`` wrap it in ``_io.write_folder``."""
     model.save_pretrained(folder)
     tokenizer.save_pretrained(folder)
-    (folder / MARKER).write_text(json.dumps({"written_by": "minirl", **(metadata or {})}, indent=2) + "\n")
+    record = metadata if metadata is not None else {"written_by": "minirl"}  # the file marks the folder, even empty
+    (folder / MARKER).write_text(json.dumps(record, indent=2) + "\n")
 
 
 def checkpoint_folder(path: str | os.PathLike) -> Path:
