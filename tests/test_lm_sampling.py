@@ -86,7 +86,10 @@ def test_greedy_takes_the_argmax_and_the_identity_holds(model, tok):
         n = int(s.completion_mask[i].sum())
         with torch.no_grad():
             logits = model(input_ids=row[None]).logits[0]  # (L, V)
-        assert torch.equal(logits[-n - 1 : -1].argmax(-1), row[-n:])
+        # the token drawn is a largest logit of the uncached forward; a tolerance, not argmax equality, since cached
+        # and uncached passes round differently and a near-tie may resolve either way on another CPU
+        steps = logits[-n - 1 : -1]  # (n, V)
+        assert (steps.max(-1).values - steps.gather(-1, row[-n:, None]).squeeze(-1) <= 1e-4).all()
         # log pi(o | q) = sum_t log pi(o_t | q, o_<t)
         torch.testing.assert_close(s.logp[i].sum().double(), brute_force_logp(model, row, 1.0)[-n:].sum())
 
