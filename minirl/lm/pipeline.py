@@ -98,7 +98,8 @@ def rejection_sample(
     texts = []
     for i in range(0, len(rows), batch_size):
         prompts = [p.prompt for p in rows[i : i + batch_size]]
-        texts += sample(model, tokenizer, prompts, task.max_new_tokens, temperature=temperature, generator=generator).text
+        smp = sample(model, tokenizer, prompts, task.max_new_tokens, temperature=temperature, generator=generator)
+        texts += smp.text
     examples, kept_problems, chosen = [], [], {}
     correct = readable = 0
     for problem, text in zip(rows, texts):
@@ -268,7 +269,7 @@ def shared_errors(teacher_ok: torch.Tensor, student_ok: torch.Tensor) -> dict:
 
 
 def make_teacher(out: str | Path = TEACHER, steps: int = 100, seed: int = 0, threads: int = 1) -> grpo.GRPOResult:
-    """The committed RL teacher: GRPO with the trainer's defaults from ``tiny-adder``, ``steps`` steps, saved to ``out``.
+    """The committed RL teacher: GRPO with the trainer's defaults from ``tiny-adder`` for ``steps`` steps, saved.
 
     ``python -c "from minirl.lm import pipeline; pipeline.make_teacher()"`` remakes ``checkpoints/tiny-adder-r1``
     (about 7 minutes on one thread of a busy 2-core machine; the same file for the same machine and thread count).
@@ -278,12 +279,15 @@ def make_teacher(out: str | Path = TEACHER, steps: int = 100, seed: int = 0, thr
     final = evaluate(result.model, result.tokenizer, get_task(cfg.task), n=500, k=1)
     meta = {
         "command": f'python -c "from minirl.lm import pipeline; pipeline.make_teacher(steps={steps}, seed={seed})"',
-        "config": {k: v for k, v in dataclasses.asdict(cfg).items()},
+        "config": dataclasses.asdict(cfg),
         "evals": result.evals,
-        "heldout": {"n": final.n, "greedy_accuracy": round(final.accuracy, 4),
-                    "greedy_format_rate": round(final.format_rate, 4),
-                    "temperature_1_accuracy": round(final.sampled_accuracy, 4),
-                    "temperature_1_format_rate": round(final.sampled_format_rate, 4)},  # fmt: skip
+        "heldout": {
+            "n": final.n,
+            "greedy_accuracy": round(final.accuracy, 4),
+            "greedy_format_rate": round(final.format_rate, 4),
+            "temperature_1_accuracy": round(final.sampled_accuracy, 4),
+            "temperature_1_format_rate": round(final.sampled_format_rate, 4),
+        },  # fmt: skip
         "parameters": sum(p.numel() for p in result.model.parameters()),
         "versions": {"torch": torch.__version__, "transformers": __import__("transformers").__version__},
     }
