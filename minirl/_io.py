@@ -88,7 +88,12 @@ def write_folder(path: str | os.PathLike, fill: Callable[[Path], None], marker: 
     """Write the folder ``path`` whole: ``fill(tmp)`` writes the files (``marker`` among them) into a temporary folder,
     which then replaces ``path``. An exception or a kill at any point leaves a complete copy, old or new, that
     ``recover_folder`` puts back at ``path``. Refuses to replace a non-empty folder without ``marker``."""
-    path = Path(path)
+    path = Path(path).resolve()
+    if path == Path.cwd() or path in Path.cwd().parents:
+        raise ValueError(
+            f"cannot write a checkpoint as {path}: it is the folder you are working in (or holds it), and writing a "
+            "checkpoint replaces its folder; give a subfolder such as runs/NAME"
+        )
     recover_folder(path)
     refuse_foreign(path, marker, "checkpoint")
     path.parent.mkdir(parents=True, exist_ok=True)

@@ -12,8 +12,11 @@ import argparse
 import dataclasses
 import importlib
 import json
+import os
 import sys
 from pathlib import Path
+
+from tqdm import tqdm
 
 from minirl._options import add_options, config_from
 from minirl.algos import ALGOS
@@ -86,9 +89,22 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+# What minirl raises for a setting, a file or a number it refuses: each message names the problem and the fix, so the
+# command prints it on one line instead of a traceback (MINIRL_TRACEBACK=1 shows the traceback as well).
+USER_ERRORS = (ValueError, TypeError, OSError, FloatingPointError, KeyError)
+
+
 def main(argv: list[str] | None = None) -> None:
-    args = build_parser().parse_args(argv)
-    args.func(args)
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        args.func(args)
+    except USER_ERRORS as err:
+        if os.environ.get("MINIRL_TRACEBACK", "") not in ("", "0"):
+            raise
+        for bar in list(getattr(tqdm, "_instances", ())):  # end a progress bar the error interrupted, on its own line
+            bar.close()
+        parser.exit(2, f"minirl: error: {err}\n")
 
 
 if __name__ == "__main__":

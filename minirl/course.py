@@ -44,3 +44,14 @@ def threads() -> int:
     """The torch CPU thread count for the language-model half: every core the process may use when waiting threads
     sleep (``PASSIVE_WAIT``), else 1, which never collapses when something else runs on the machine."""
     return max(1, len(os.sched_getaffinity(0))) if PASSIVE_WAIT else 1
+
+
+def use_threads(n: int = 0) -> int:
+    """Set torch's CPU thread count to ``n``, or to ``threads()`` when ``n`` is 0; return the count now in use.
+
+    The LM trainers call it with their ``threads`` field; the LM notebooks call it once at the top.
+    """
+    import torch  # here, not at the top: this module must load before torch (see above)
+
+    torch.set_num_threads(n or threads())
+    return torch.get_num_threads()

@@ -1,6 +1,7 @@
 """`minirl train` on gymnasium: the output folder is claimed before training, bad options and bad envs stop the run
 before anything is written, and help texts come from the config's comments."""
 
+import re
 from dataclasses import dataclass
 
 import pytest
@@ -14,13 +15,22 @@ pytestmark = pytest.mark.usefixtures("one_thread")
 register()  # the test envs of _envs.py
 
 
-def test_a_foreign_folder_is_refused_before_training(tmp_path, monkeypatch):
+def refused(capsys, argv: list[str], match: str) -> None:
+    """The command stops with exit status 2 and a last line naming the problem, not a traceback."""
+    with pytest.raises(SystemExit) as stop:
+        main(argv)
+    err = capsys.readouterr().err
+    last = err.splitlines()[-1]  # after a progress bar the error interrupted, if any
+    assert stop.value.code == 2 and last.startswith("minirl: error: ") and "Traceback" not in err
+    assert re.search(match, err), err
+
+
+def test_a_foreign_folder_is_refused_before_training(tmp_path, monkeypatch, capsys):
     out = tmp_path / "thesis"
     out.mkdir()
     (out / "chapter1.tex").write_text("years of work")
     monkeypatch.setattr(dqn, "train", lambda *a, **k: pytest.fail("training started before the folder was checked"))
-    with pytest.raises(FileExistsError, match="not written by minirl"):
-        main(["train", "dqn", "--steps", "100", "--out", str(out)])
+    refused(capsys, ["train", "dqn", "--steps", "100", "--out", str(out)], "not written by minirl")
     assert [p.name for p in out.iterdir()] == ["chapter1.tex"] and (out / "chapter1.tex").read_text() == "years of work"
 
 
@@ -43,16 +53,15 @@ def test_a_run_folder_can_be_trained_into_again(tmp_path):
         (["dqn", "--hidden", "0"], "hidden must be a non-empty sequence of integers >= 1"),
     ],
 )
-def test_a_bad_option_stops_before_training(tmp_path, option, match):
-    with pytest.raises(ValueError, match=match):
-        main(["train", *option, "--out", str(tmp_path / "run")])
+def test_a_bad_option_stops_before_training(tmp_path, capsys, option, match):
+    refused(capsys, ["train", *option, "--out", str(tmp_path / "run")], match)
     assert not (tmp_path / "run" / "policy").exists()
 
 
-def test_dqn_with_a_nan_reward_stops_naming_the_env_and_saves_nothing(tmp_path):
+def test_dqn_with_a_nan_reward_stops_naming_the_env_and_saves_nothing(tmp_path, capsys):
     out = tmp_path / "run"
-    with pytest.raises(ValueError, match="minirl-test/NaNReward-v0 returned a non-finite reward"):
-        main(["train", "dqn", "--env", "minirl-test/NaNReward-v0", "--steps", "100", "--out", str(out)])
+    argv = ["train", "dqn", "--env", "minirl-test/NaNReward-v0", "--steps", "100", "--out", str(out)]
+    refused(capsys, argv, "minirl-test/NaNReward-v0 returned a non-finite reward")
     assert not (out / "policy").exists() and not (out / "history.csv").exists()
 
 
@@ -69,3 +78,9 @@ def test_help_text_survives_a_hash_inside_a_default():
         "tag": "another default with a hash",
         "noted": "a plain comment",
     }
+
+
+def test_minirl_traceback_shows_the_traceback(tmp_path, monkeypatch):
+    monkeypatch.setenv("MINIRL_TRACEBACK", "1")
+    with pytest.raises(ValueError, match="total_steps must be > 0"):
+        main(["train", "ppo", "--steps", "-5", "--out", str(tmp_path / "run")])

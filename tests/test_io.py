@@ -144,3 +144,12 @@ def test_recover_removes_unfinished_temporaries_only(tmp_path):
     _io.recover_folder(path)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["ckpt", "other"]
     shutil.rmtree(tmp_path / "other")
+
+
+def test_the_working_folder_is_never_replaced(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / MARKER).write_text("{}")  # even a folder that looks like a checkpoint
+    for where in (".", "..", str(tmp_path)):
+        with pytest.raises(ValueError, match="the folder you are working in"):
+            _io.write_folder(where, fill_with(1), MARKER)
+    assert sorted(p.name for p in tmp_path.iterdir()) == [MARKER]

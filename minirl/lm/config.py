@@ -42,7 +42,7 @@ class GRPOConfig:
     save_every: int = 0  # steps between checkpoints into out; 0: only at the end
     resume: bool = False  # continue the run in out (else start) as if unbroken; settings of the math must match
     seed: int = 0  # prompts and sampling of step s are seeded by (seed, s), so a resumed run draws the same
-    threads: int = 0  # torch CPU threads; 0 keeps torch's default
+    threads: int = 0  # torch CPU threads; 0: minirl.course.threads() (all cores if idle threads sleep, else 1)
     device: str = "auto"  # "auto" (a GPU when there is one), "cpu", "cuda"
 
 
@@ -65,4 +65,4 @@ class PretrainConfig:
     eval_n: int = 100  # held-out problems for those checks
     final_n: int = 500  # held-out problems for the final evaluation stored with the checkpoint
     seed: int = 0  # weights, problem pool and shuffling
-    threads: int = 0  # torch CPU threads; 0 keeps torch's default. Results are reproducible per thread count
+    threads: int = 0  # torch CPU threads; 0: minirl.course.threads(). Results are reproducible per thread count

@@ -33,6 +33,7 @@ import torch
 from tqdm.auto import tqdm
 
 from minirl import _validate
+from minirl.course import use_threads
 from minirl.history import History
 from minirl.lm import rewards as rw
 from minirl.lm import runs
@@ -173,8 +174,7 @@ def train(
     if saved is not None:
         changed = runs.check_resume(saved, cfg, "grpo")
         resumes = saved.state.get("resumes", []) + [{"step": saved.step, "changed": changed}]
-    if cfg.threads:
-        torch.set_num_threads(cfg.threads)
+    use_threads(cfg.threads)
     task = get_task(cfg.task)
     max_new = cfg.max_new_tokens or task.max_new_tokens
     G = cfg.group_size

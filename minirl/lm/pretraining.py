@@ -16,6 +16,7 @@ from pathlib import Path
 import torch
 
 from minirl import _validate
+from minirl.course import use_threads
 from minirl.lm import sft
 from minirl.lm.config import PretrainConfig
 from minirl.lm.evaluation import evaluate
@@ -40,8 +41,7 @@ def pretrain(cfg: PretrainConfig, progress: bool = True) -> sft.SFTResult:
     """
     check_config(cfg)
     checkpoint_folder(cfg.out)
-    if cfg.threads:
-        torch.set_num_threads(cfg.threads)
+    use_threads(cfg.threads)
     start = time.perf_counter()
     task = get_task(cfg.task)
     tokenizer = build_tokenizer()
