@@ -9,7 +9,7 @@ import argparse
 from pathlib import Path
 
 from minirl._options import add_options, config_from
-from minirl.lm.config import GRPOConfig, PretrainConfig
+from minirl.lm.config import GRPOConfig, PretrainConfig, RewardModelConfig, RLHFConfig
 
 
 def run_pretrain(args: argparse.Namespace) -> None:
@@ -32,6 +32,36 @@ def run_grpo(args: argparse.Namespace) -> None:
     print(
         f"wrote {cfg.out}/checkpoint/model/ (the trained model: minirl.lm.load reads it), {cfg.out}/checkpoint/ "
         f"(optimizer and trainer state, for --resume), {cfg.out}/history.csv"
+    )
+
+
+def run_reward_model(args: argparse.Namespace) -> None:
+    from minirl.lm import reward_model
+
+    cfg = config_from(args, RewardModelConfig)
+    if cfg.out is None:
+        cfg.out = f"runs/lm-rm-{cfg.task}-s{cfg.seed}"
+    result = reward_model.train(cfg, progress=True)
+    print(
+        f"{len(result.train_pairs)} training pairs; pairwise accuracy: train {result.train_accuracy:.1%}, held-out "
+        f"{result.heldout_accuracy:.1%} ({len(result.heldout_pairs)} pairs)"
+    )
+    print(f"wrote {cfg.out}/ (the reward model: minirl lm rlhf --reward-model {cfg.out})")
+
+
+def run_rlhf(args: argparse.Namespace) -> None:
+    from minirl.lm import rlhf
+
+    cfg = config_from(args, RLHFConfig)
+    if cfg.out is None:
+        cfg.out = f"runs/lm-rlhf-{cfg.task}-s{cfg.seed}"
+    result = rlhf.train(cfg, progress=True)
+    result.history.to_csv(Path(cfg.out) / "history.csv")
+    for ev in result.evals:
+        print(f"step {ev['step']}: held-out greedy accuracy {ev['heldout_accuracy']:.1%}")
+    print(
+        f"wrote {cfg.out}/checkpoint/model/ (the policy), {cfg.out}/checkpoint/value/ (the critic), the optimizers "
+        f"and trainer state (for --resume), {cfg.out}/history.csv"
     )
 
 
@@ -58,3 +88,22 @@ def register(subparsers) -> None:
     )
     add_options(parser, GRPOConfig)
     parser.set_defaults(func=run_grpo)
+    parser = commands.add_parser(
+        "reward-model",
+        help="RLHF stage 2: preference pairs from a hidden utility, a Bradley-Terry reward model on the LM's trunk",
+        description="Sample completions from a checkpoint, label pairs of them with the hidden utility of "
+        "minirl.lm.preferences (with --noise of the labels flipped), fit a reward model (the checkpoint's trunk and a "
+        "scalar head) with the Bradley-Terry loss, report held-out pairwise accuracy, and save it to OUT.",
+    )
+    add_options(parser, RewardModelConfig)
+    parser.set_defaults(func=run_reward_model)
+    parser = commands.add_parser(
+        "rlhf",
+        help="RLHF stage 3: PPO with policy, value, reward and reference models",
+        description="PPO on the language model against a learned reward model, with a per-token KL penalty to the "
+        "frozen start and a critic trained alongside: writes OUT/checkpoint/model/ (the policy), OUT/checkpoint/value/ "
+        "(the critic), optimizer and trainer state, and OUT/history.csv; --resume continues a run with the same "
+        "settings. OUT must be new, empty, or a run folder minirl made.",
+    )
+    add_options(parser, RLHFConfig)
+    parser.set_defaults(func=run_rlhf)

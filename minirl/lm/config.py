@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 PRETRAINED = Path(__file__).resolve().parent / "checkpoints" / "tiny-adder"  # the course's committed checkpoint
+PRETRAINED_RM = PRETRAINED.with_name("tiny-adder-rm")  # its reward model (`minirl lm reward-model`, 600 prompts)
 
 
 @dataclass
@@ -66,3 +67,58 @@ class PretrainConfig:
     final_n: int = 500  # held-out problems for the final evaluation stored with the checkpoint
     seed: int = 0  # weights, problem pool and shuffling
     threads: int = 0  # torch CPU threads; 0: minirl.course.threads(). Results are reproducible per thread count
+
+
+@dataclass
+class RewardModelConfig:
+    """Hyperparameters of ``train``; each field is an option of ``minirl lm reward-model``."""
+
+    model: str = str(PRETRAINED)  # checkpoint whose trunk starts the reward model, and that writes the completions
+    task: str = "addition"  # task family of minirl.lm.tasks whose training prompts are compared
+    n_prompts: int = 600  # prompts; each gets completions_per_prompt samples and up to pairs_per_prompt pairs
+    completions_per_prompt: int = 8  # samples per prompt at temperature 1, of which distinct ones are compared
+    pairs_per_prompt: int = 4  # pairs per prompt, drawn among those whose utilities differ
+    noise: float = 0.1  # share of labels flipped at random, like disagreeing labellers; in [0, 0.5)
+    heldout: float = 0.2  # share of prompts whose pairs are held out to measure pairwise accuracy
+    epochs: int = 2  # passes over the training pairs
+    batch_size: int = 32  # pairs per gradient step
+    lr: float = 3e-4  # AdamW learning rate of trunk and head
+    max_grad_norm: float = 1.0  # clip the global gradient norm to this
+    out: str | None = None  # folder for the reward model (new, empty or minirl's); None: not saved
+    seed: int = 0  # prompts, samples, labels, split and minibatch order
+    threads: int = 0  # torch CPU threads; 0 keeps torch's default
+    device: str = "auto"  # "auto" (a GPU when there is one), "cpu", "cuda"
+
+
+@dataclass
+class RLHFConfig:
+    """Hyperparameters of ``train``; each field is an option of ``minirl lm rlhf``."""
+
+    model: str = str(PRETRAINED)  # policy start and frozen reference pi_ref (the SFT model of InstructGPT's stage 1)
+    reward_model: str = str(PRETRAINED_RM)  # folder of a reward model from `minirl lm reward-model`, same vocab
+    value_model: str | None = None  # folder of a scalar model to start the critic from; None: copy the reward model
+    task: str = "addition"  # task family of minirl.lm.tasks: prompts, and the verifier used for logging only
+    steps: int = 100  # PPO steps; each samples prompts_per_step completions and trains on them
+    prompts_per_step: int = 64  # B prompts per step, one completion each (the critic is PPO's baseline, not a group)
+    max_new_tokens: int = 0  # completion budget C; 0 takes the task's. Reaching it truncates (bootstrap from V)
+    temperature: float = 1.0  # sampling temperature T; log-probs are of the same softmax(logits / T)
+    beta: float = 0.05  # per-token KL penalty to pi_ref in the reward, Ouyang et al. 2022 Eq. 2; usually 0.01-0.2
+    gamma: float = 1.0  # discount over tokens; 1 is usual in RLHF (an episode is one short completion)
+    lam: float = 0.95  # GAE lambda over tokens, Schulman et al. 2016 Eq. 16; 0: TD(0), 1: Monte Carlo
+    epochs: int = 2  # K passes over each batch, Schulman et al. 2017 Alg. 1; usually 1-4
+    minibatches: int = 2  # minibatches per pass; a step makes epochs * minibatches updates of each model
+    clip_low: float = 0.2  # epsilon, the ratio's lower clip 1 - clip_low, Schulman et al. 2017 Eq. 7; usually 0.1-0.3
+    clip_high: float | None = None  # upper clip 1 + clip_high; None: symmetric
+    value_clip: float | None = 0.2  # clip V - V_old to this in the value loss ("37 details" no. 9); None: plain
+    whiten: bool = True  # normalise advantages to mean 0, std 1 over the batch's completion tokens
+    lr: float = 1e-4  # AdamW learning rate of the policy
+    value_lr: float = 3e-4  # AdamW learning rate of the critic
+    max_grad_norm: float = 1.0  # clip each model's global gradient norm to this
+    eval_every: int = 25  # steps between greedy held-out evaluations (also at step 0 and at the end); 0: never
+    eval_n: int = 200  # held-out problems per evaluation
+    out: str | None = None  # run folder: checkpoint/ (model/, value/, optimizers, trainer.json); None: no saving
+    save_every: int = 0  # steps between checkpoints into out; 0: only at the end
+    resume: bool = False  # continue the run in out (else start) as if unbroken; settings of the math must match
+    seed: int = 0  # prompts, sampling and minibatch order of step s are seeded by (seed, s)
+    threads: int = 0  # torch CPU threads; 0 keeps torch's default
+    device: str = "auto"  # "auto" (a GPU when there is one), "cpu", "cuda"

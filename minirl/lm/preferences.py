@@ -67,8 +67,10 @@ def label_pairs(
 ) -> list[Pair]:
     """Pairs from ``completions[i]`` (several completions of ``problems[i]``), labelled by ``utility``.
 
-    Per prompt: the distinct completions, every two of them whose utilities differ, ``pairs_per_prompt`` of those drawn
-    at random; then each label is flipped with probability ``noise``. Identical completions never make a pair.
+    Per prompt: the distinct completions, every two of them whose utilities differ, and of those the
+    ``pairs_per_prompt`` whose utilities differ most (a right answer against a wrong one first: a labelling budget is
+    best spent on clear comparisons), ties in random order; then each label is flipped with probability ``noise``.
+    Identical completions never make a pair.
     """
     if not 0 <= noise < 0.5:
         raise ValueError(f"noise must be in [0, 0.5): the share of labels flipped, got {noise!r}")
@@ -78,7 +80,9 @@ def label_pairs(
         distinct = sorted(set(texts))  # sorted: the same pairs for the same seed
         scored = [(utility(task, problem, t), t) for t in distinct]
         candidates = [(a, b) for i, a in enumerate(scored) for b in scored[i + 1 :] if a[0] != b[0]]
-        for (ua, a), (ub, b) in rng.sample(candidates, min(pairs_per_prompt, len(candidates))):
+        rng.shuffle(candidates)
+        candidates.sort(key=lambda c: -abs(c[0][0] - c[1][0]))  # clearest differences first, ties in random order
+        for (ua, a), (ub, b) in candidates[:pairs_per_prompt]:
             chosen, rejected = (a, b) if ua > ub else (b, a)
             flip = rng.random() < noise
             if flip:

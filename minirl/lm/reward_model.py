@@ -38,7 +38,8 @@ from transformers import AutoConfig, AutoModel, AutoTokenizer
 from minirl import _validate
 from minirl._io import write_folder
 from minirl.history import History
-from minirl.lm.model import MARKER, PRETRAINED, check_vocab, load, resolve_device
+from minirl.lm.config import PRETRAINED_RM, RewardModelConfig  # noqa: F401  (re-exported)
+from minirl.lm.model import MARKER, check_vocab, load, resolve_device
 from minirl.lm.preferences import Pair, check_pairs, make_pairs, split_pairs
 from minirl.lm.sampling import positions
 from minirl.lm.tasks import TASKS, get_task
@@ -249,27 +250,6 @@ def check_same_vocab(what: str, tokenizer, other_tokenizer, model: ScalarLM | No
 
 
 # --- the reward-model stage: sample, label, fit, measure ---
-
-
-@dataclass
-class RewardModelConfig:
-    """Hyperparameters of ``train``; each field is an option of ``minirl lm reward-model``."""
-
-    model: str = str(PRETRAINED)  # checkpoint whose trunk starts the reward model, and that writes the completions
-    task: str = "addition"  # task family of minirl.lm.tasks whose training prompts are compared
-    n_prompts: int = 600  # prompts; each gets completions_per_prompt samples and up to pairs_per_prompt pairs
-    completions_per_prompt: int = 8  # samples per prompt at temperature 1, of which distinct ones are compared
-    pairs_per_prompt: int = 4  # pairs per prompt, drawn among those whose utilities differ
-    noise: float = 0.1  # share of labels flipped at random, like disagreeing labellers; in [0, 0.5)
-    heldout: float = 0.2  # share of prompts whose pairs are held out to measure pairwise accuracy
-    epochs: int = 2  # passes over the training pairs
-    batch_size: int = 32  # pairs per gradient step
-    lr: float = 3e-4  # AdamW learning rate of trunk and head
-    max_grad_norm: float = 1.0  # clip the global gradient norm to this
-    out: str | None = None  # folder for the reward model (new, empty or minirl's); None: not saved
-    seed: int = 0  # prompts, samples, labels, split and minibatch order
-    threads: int = 0  # torch CPU threads; 0 keeps torch's default
-    device: str = "auto"  # "auto" (a GPU when there is one), "cpu", "cuda"
 
 
 @dataclass

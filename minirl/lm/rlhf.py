@@ -43,9 +43,10 @@ from minirl import _validate
 from minirl.history import History
 from minirl.lm import rewards as rw
 from minirl.lm import runs
+from minirl.lm.config import RLHFConfig
 from minirl.lm.evaluation import evaluate
 from minirl.lm.grpo import draw_problems
-from minirl.lm.model import PRETRAINED, load
+from minirl.lm.model import load
 from minirl.lm.reward_model import ScalarLM, check_same_vocab, last_index, load_scalar_lm
 from minirl.lm.sampling import logprobs, sample
 from minirl.lm.tasks import TASKS, get_task
@@ -54,40 +55,6 @@ from minirl.returns import gae
 
 __all__ = ["RLHFConfig", "RLHFResult", "check_config", "memory_table", "saved_activation_bytes", "token_gae",
            "token_rewards", "train"]  # fmt: skip
-
-
-@dataclass
-class RLHFConfig:
-    """Hyperparameters of ``train``; each field is an option of ``minirl lm rlhf``."""
-
-    model: str = str(PRETRAINED)  # policy start and frozen reference pi_ref (the SFT model of InstructGPT's stage 1)
-    reward_model: str = ""  # folder of a reward model from `minirl lm reward-model` (the same vocabulary); required
-    value_model: str | None = None  # folder of a scalar model to start the critic from; None: copy the reward model
-    task: str = "addition"  # task family of minirl.lm.tasks: prompts, and the verifier used for logging only
-    steps: int = 100  # PPO steps; each samples prompts_per_step completions and trains on them
-    prompts_per_step: int = 64  # B prompts per step, one completion each (the critic is PPO's baseline, not a group)
-    max_new_tokens: int = 0  # completion budget C; 0 takes the task's. Reaching it truncates (bootstrap from V)
-    temperature: float = 1.0  # sampling temperature T; log-probs are of the same softmax(logits / T)
-    beta: float = 0.05  # per-token KL penalty to pi_ref in the reward, Ouyang et al. 2022 Eq. 2; usually 0.01-0.2
-    gamma: float = 1.0  # discount over tokens; 1 is usual in RLHF (an episode is one short completion)
-    lam: float = 0.95  # GAE lambda over tokens, Schulman et al. 2016 Eq. 16; 0: TD(0), 1: Monte Carlo
-    epochs: int = 2  # K passes over each batch, Schulman et al. 2017 Alg. 1; usually 1-4
-    minibatches: int = 2  # minibatches per pass; a step makes epochs * minibatches updates of each model
-    clip_low: float = 0.2  # epsilon, the ratio's lower clip 1 - clip_low, Schulman et al. 2017 Eq. 7; usually 0.1-0.3
-    clip_high: float | None = None  # upper clip 1 + clip_high; None: symmetric
-    value_clip: float | None = 0.2  # clip V - V_old to this in the value loss ("37 details" no. 9); None: plain
-    whiten: bool = True  # normalise advantages to mean 0, std 1 over the batch's completion tokens
-    lr: float = 1e-4  # AdamW learning rate of the policy
-    value_lr: float = 3e-4  # AdamW learning rate of the critic
-    max_grad_norm: float = 1.0  # clip each model's global gradient norm to this
-    eval_every: int = 25  # steps between greedy held-out evaluations (also at step 0 and at the end); 0: never
-    eval_n: int = 200  # held-out problems per evaluation
-    out: str | None = None  # run folder: checkpoint/ (model/, value/, optimizers, trainer.json); None: no saving
-    save_every: int = 0  # steps between checkpoints into out; 0: only at the end
-    resume: bool = False  # continue the run in out (else start) as if unbroken; settings of the math must match
-    seed: int = 0  # prompts, sampling and minibatch order of step s are seeded by (seed, s)
-    threads: int = 0  # torch CPU threads; 0 keeps torch's default
-    device: str = "auto"  # "auto" (a GPU when there is one), "cpu", "cuda"
 
 
 @dataclass
@@ -195,8 +162,12 @@ def build_value_model(cfg: RLHFConfig, reward_model: ScalarLM, tokenizer, device
     return value
 
 
-def train(cfg: RLHFConfig, progress: bool = False) -> RLHFResult:
+def train(cfg: RLHFConfig, progress: bool = False, reward_fn: rw.RewardFn | None = None) -> RLHFResult:
     """Run PPO from ``cfg.model`` against the reward model ``cfg.reward_model`` for ``cfg.steps`` steps.
+
+    ``reward_fn(prompts, completions, answers) -> (B,)`` replaces the reward model's score at the eos with a rule of
+    your own (``rewards.accuracy_reward(task)``: PPO on the verifier itself, as GRPO uses it); the reward model then
+    only starts the critic.
 
     Returns ``.model``, ``.tokenizer``, ``.value_model``, ``.history`` and ``.evals`` (greedy held-out accuracy,
     checked by the task's verifier, which the training never sees). With ``cfg.out`` and ``cfg.resume``, training
@@ -253,6 +224,8 @@ def train(cfg: RLHFConfig, progress: bool = False) -> RLHFResult:
         with torch.no_grad():
             ref_logp = logprobs(ref_model, ids, mask, cfg.temperature)[:, P:]  # (B, C)
             score = reward_model.score(ids, mask)  # (B,) at each row's last real token
+        if reward_fn is not None:
+            score = rw.check_rewards("reward_fn", reward_fn(prompts, smp.text, answers), len(prompts)).to(device)
             v_all = value_model(ids, mask)  # (B, L), V of the state after each token
         _validate.check_finite(step + 1, CAUSES, reward_model_score=score, value=v_all)
         old_val = v_all[:, P - 1 : P - 1 + C]  # (B, C) V(s_t): the state before token t ends at column P - 1 + t
