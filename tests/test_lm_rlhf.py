@@ -157,3 +157,33 @@ def test_memory_table_counts_what_is_trained():
     with torch.no_grad():
         _, none = rlhf.saved_activation_bytes(lambda: lm(input_ids=ids).logits.sum())
     assert saved > 0 and none == 0  # inference keeps no activations for a backward pass
+
+
+LEARN = dict(steps=20, eval_every=20, eval_n=200, beta=0.05, device="cpu", seed=0, threads=1)
+MARGIN = 0.08  # measured: +17 points (35.0% -> 52.0%); the score-on-every-token twin fell to 21.5%
+
+
+def learning_run(monkeypatch=None, sabotage: bool = False) -> tuple[float, float]:
+    """PPO with all four models from the course's checkpoints, the verifier's accuracy as the eos score (a learned
+    reward model is a proxy that PPO exploits, see notebook 09); the critic starts from the committed reward model."""
+    if sabotage:  # a realistic bug: the score broadcast onto every completion token instead of only the eos
+
+        def every_token(score, logp, ref_logp, mask, ended, beta):
+            return -beta * rlhf.kl(logp, ref_logp, "k1") * mask + score[:, None] * mask
+
+        monkeypatch.setattr(rlhf, "token_rewards", every_token)
+    task = rlhf.get_task("addition")
+    result = rlhf.train(rlhf.RLHFConfig(**LEARN), reward_fn=rlhf.rw.accuracy_reward(task))
+    return result.evals[0]["heldout_accuracy"], result.evals[-1]["heldout_accuracy"]
+
+
+@pytest.mark.learning
+def test_ppo_raises_verified_heldout_accuracy():
+    before, after = learning_run()
+    assert after - before >= MARGIN, (before, after)
+
+
+@pytest.mark.slow
+def test_sabotaged_twin_misses(monkeypatch):
+    before, after = learning_run(monkeypatch, sabotage=True)
+    assert after - before < MARGIN, (before, after)

@@ -224,9 +224,9 @@ def train(cfg: RLHFConfig, progress: bool = False, reward_fn: rw.RewardFn | None
         with torch.no_grad():
             ref_logp = logprobs(ref_model, ids, mask, cfg.temperature)[:, P:]  # (B, C)
             score = reward_model.score(ids, mask)  # (B,) at each row's last real token
+            v_all = value_model(ids, mask)  # (B, L), V of the state after each token
         if reward_fn is not None:
             score = rw.check_rewards("reward_fn", reward_fn(prompts, smp.text, answers), len(prompts)).to(device)
-            v_all = value_model(ids, mask)  # (B, L), V of the state after each token
         _validate.check_finite(step + 1, CAUSES, reward_model_score=score, value=v_all)
         old_val = v_all[:, P - 1 : P - 1 + C]  # (B, C) V(s_t): the state before token t ends at column P - 1 + t
         next_val = v_all[:, P : P + C]  # (B, C) V(s_{t+1}); at column C - 1 the bootstrap V(s_C) of a truncated row
