@@ -11,6 +11,7 @@ from safetensors.torch import load_file
 
 from minirl import _io
 from minirl.lm import PRETRAINED, build_tokenizer, grpo, make_model, runs, save
+from minirl.lm.sampling import positions
 from minirl.losses import LOSS_AGGS
 
 SIZES = dict(hidden_size=32, num_layers=2, num_heads=2, intermediate_size=64)
@@ -451,12 +452,22 @@ LEARN = dict(model=str(PRETRAINED), steps=40, eval_every=40, eval_n=200, seed=0,
 MARGIN = 0.15  # held-out greedy accuracy (200 problems) must gain 15 points in 40 steps (measured: +28, seed 0)
 
 
+def off_by_one_logprobs(model, ids, mask, temperature=1.0):
+    """Sabotage: the classic shift bug. Token t is scored with the logits at position t, which predict token t + 1,
+    instead of those at t - 1; the sampler's old log-probs stay right, so the ratio and the gradient are wrong."""
+    mask = mask.bool()
+    logits = model(input_ids=ids, attention_mask=mask.long(), position_ids=positions(mask)).logits  # (B, L, V)
+    logp = torch.log_softmax(logits.float() / temperature, dim=-1).gather(-1, ids[..., None]).squeeze(-1)  # (B, L)
+    return torch.where(mask & (positions(mask) > 0), logp, torch.zeros_like(logp))
+
+
 def learning_run(monkeypatch=None, sabotage=False):
     if sabotage:
-        flip = grpo.group_advantages
-        monkeypatch.setattr(grpo, "group_advantages", lambda *a, **kw: -flip(*a, **kw))
+        monkeypatch.setattr(grpo, "logprobs", off_by_one_logprobs)
     result = grpo.train(grpo.GRPOConfig(**LEARN))
-    return result.evals[0]["heldout_accuracy"], result.evals[-1]["heldout_accuracy"]
+    before, after = result.evals[0]["heldout_accuracy"], result.evals[-1]["heldout_accuracy"]
+    print(f"LM GRPO{' (off-by-one log-probs)' if sabotage else ''}, 40 steps, seed 0: {before:.1%} -> {after:.1%}")
+    return before, after
 
 
 @pytest.mark.learning

@@ -30,3 +30,16 @@ def test_thread_policy(first, given, passive, threads):
     got_passive, got_threads, policy = out.stdout.split()
     assert (got_passive == "True", int(got_threads)) == (passive, threads)
     assert policy == (given or "PASSIVE")
+
+
+def test_use_threads_sets_the_count_or_the_course_default():
+    import torch
+
+    import minirl.course as course
+
+    before = torch.get_num_threads()
+    try:
+        assert course.use_threads(1) == 1 == torch.get_num_threads()
+        assert course.use_threads(0) == course.threads() == torch.get_num_threads()
+    finally:
+        torch.set_num_threads(before)
