@@ -172,3 +172,16 @@ def test_sabotaged_unverified_traces_miss_the_margin(monkeypatch, cfg, gain):
     r = pipeline.sft_on_traces(cfg)
     print(f"sabotaged: kept {len(r.traces.examples)}, {r.before.accuracy:.3f} -> {r.after.accuracy:.3f}")
     assert r.after.accuracy < r.before.accuracy + gain
+
+
+def test_cli_distill_smoke(tmp_path, capsys):
+    from minirl.cli import main
+    from minirl.lm import load
+
+    out = tmp_path / "student"
+    main(["lm", "distill", "--prompts", "8", "--k", "1", "--steps", "2", "--batch-size", "4", "--eval-n", "8",
+          "--threads", "1", "--out", str(out)])  # fmt: skip
+    printed = capsys.readouterr().out
+    assert "kept" in printed and "student after" in printed
+    model, _ = load(out, device="cpu")
+    assert sum(p.numel() for p in model.parameters()) == 113_472  # the student, not the teacher

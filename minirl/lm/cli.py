@@ -65,6 +65,18 @@ def run_rlhf(args: argparse.Namespace) -> None:
     )
 
 
+def run_distill(args: argparse.Namespace) -> None:
+    from minirl.lm import pipeline
+    from minirl.lm.pipeline_config import DistillConfig
+
+    r = pipeline.sft_on_traces(config_from(args, DistillConfig), progress=True)
+    t = r.traces
+    print(f"teacher: {t.sampled} completions, {t.correct / t.sampled:.1%} right, kept {len(t.examples)} verified")
+    for name, ev in (("before", r.before), ("after", r.after)):
+        print(f"student {name}: held-out greedy accuracy {ev.accuracy:.1%}, format {ev.format_rate:.1%} (n={ev.n})")
+    print(f"student compute: {r.compute:.3g} token-passes" + (f"; wrote {args.out}" if args.out else ""))
+
+
 def register(subparsers) -> None:
     """Add ``lm`` and its subcommands (``lm pretrain``, ``lm grpo``) to the ``minirl`` command's subparsers."""
     lm = subparsers.add_parser("lm", help="the language-model half of the course")
@@ -107,3 +119,14 @@ def register(subparsers) -> None:
     )
     add_options(parser, RLHFConfig)
     parser.set_defaults(func=run_rlhf)
+    from minirl.lm.pipeline_config import DistillConfig
+
+    parser = commands.add_parser(
+        "distill",
+        help="R1's rejection-sampling SFT and distillation: SFT a student on a teacher's verified traces",
+        description="Sample K completions per training problem from TEACHER, keep the verified ones (right answer, "
+        "exact template), fine-tune a fresh copy of STUDENT on them, and report held-out accuracy before and after. "
+        "STUDENT = the teacher's base model is R1's rejection-sampling SFT; a smaller model is distillation.",
+    )
+    add_options(parser, DistillConfig)
+    parser.set_defaults(func=run_distill)
