@@ -135,7 +135,7 @@ def test_checkpoints_are_what_the_readme_says():
 RSFT = pipeline.DistillConfig(student=str(pipeline.CHECKPOINTS / "tiny-adder"), prompts=300, k=2, steps=60,
                               eval_n=200, threads=1)  # fmt: skip
 DISTILL = pipeline.DistillConfig(prompts=300, k=2, steps=150, eval_n=200, threads=1)
-RSFT_GAIN, DISTILL_GAIN = 0.25, 0.30  # measured (see the notebook): about +40 points (RSFT) and +45 (distillation)
+RSFT_GAIN, DISTILL_GAIN = 0.25, 0.23  # measured once: +36 points (RSFT), +31 (distillation); see the twins
 
 
 def check_rejection_sampling_sft(cfg):
@@ -166,22 +166,20 @@ def forgot_the_answer_check(task, problem: Problem, text: str) -> bool:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("cfg, gain", [(RSFT, RSFT_GAIN), (DISTILL, DISTILL_GAIN)], ids=["rsft", "distill"])
-def test_sabotaged_unverified_traces_miss_the_margin(monkeypatch, cfg, gain):
+def test_sabotaged_distillation_on_unverified_traces_misses_the_margin(monkeypatch):
+    """Measured once: 23.5% -> 39.0% (+15.5 points) with the filter that forgot the verifier, against +31 with it."""
     monkeypatch.setattr(pipeline, "verified", forgot_the_answer_check)
-    r = pipeline.sft_on_traces(cfg)
-    print(f"sabotaged: kept {len(r.traces.examples)}, {r.before.accuracy:.3f} -> {r.after.accuracy:.3f}")
-    assert r.after.accuracy < r.before.accuracy + gain
+    r = pipeline.sft_on_traces(DISTILL)
+    print(f"sabotaged distill: kept {len(r.traces.examples)}, {r.before.accuracy:.3f} -> {r.after.accuracy:.3f}")
+    assert r.after.accuracy < r.before.accuracy + DISTILL_GAIN
 
 
-def test_cli_distill_smoke(tmp_path, capsys):
-    from minirl.cli import main
-    from minirl.lm import load
-
-    out = tmp_path / "student"
-    main(["lm", "distill", "--prompts", "8", "--k", "1", "--steps", "2", "--batch-size", "4", "--eval-n", "8",
-          "--threads", "1", "--out", str(out)])  # fmt: skip
-    printed = capsys.readouterr().out
-    assert "kept" in printed and "student after" in printed
-    model, _ = load(out, device="cpu")
-    assert sum(p.numel() for p in model.parameters()) == 113_472  # the student, not the teacher
+@pytest.mark.slow
+def test_sabotaged_rejection_sampling_sft_is_caught(monkeypatch):
+    """The accuracy margin alone does NOT see this bug on the base model: measured once, 35.0% -> 64.5% (+29.5
+    points) with unverified traces against 71.0% (+36) with verified ones, both above RSFT_GAIN. The learning test's
+    check that every kept trace is right (and ``test_rejection_sample_keeps_verified_distinct_completions_per_prompt``)
+    is what catches it, so the whole test must fail under the sabotage."""
+    monkeypatch.setattr(pipeline, "verified", forgot_the_answer_check)
+    with pytest.raises(AssertionError):
+        test_rejection_sampling_sft_lifts_the_base_model()
