@@ -29,7 +29,7 @@ _HOMES = {  # public name -> the module that defines it
     "sample": "sampling",
     "build_tokenizer": "tokenizer",
 }
-_MODULES = ("grpo", "pretraining", "reward_model", "rewards", "rlhf", "runs", "sft", "tasks")
+_MODULES = ("grpo", "pipeline", "pretraining", "reward_model", "rewards", "rlhf", "runs", "sft", "tasks")
 
 __all__ = ["PRETRAINED", *sorted(_HOMES), *_MODULES]
 
