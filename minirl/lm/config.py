@@ -86,7 +86,7 @@ class RewardModelConfig:
     max_grad_norm: float = 1.0  # clip the global gradient norm to this
     out: str | None = None  # folder for the reward model (new, empty or minirl's); None: not saved
     seed: int = 0  # prompts, samples, labels, split and minibatch order
-    threads: int = 0  # torch CPU threads; 0 keeps torch's default
+    threads: int = 0  # torch CPU threads; 0: minirl.course.threads() (all cores if idle threads sleep, else 1)
     device: str = "auto"  # "auto" (a GPU when there is one), "cpu", "cuda"
 
 
@@ -120,5 +120,5 @@ class RLHFConfig:
     save_every: int = 0  # steps between checkpoints into out; 0: only at the end
     resume: bool = False  # continue the run in out (else start) as if unbroken; settings of the math must match
     seed: int = 0  # prompts, sampling and minibatch order of step s are seeded by (seed, s)
-    threads: int = 0  # torch CPU threads; 0 keeps torch's default
+    threads: int = 0  # torch CPU threads; 0: minirl.course.threads() (all cores if idle threads sleep, else 1)
     device: str = "auto"  # "auto" (a GPU when there is one), "cpu", "cuda"

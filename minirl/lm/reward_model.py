@@ -37,6 +37,7 @@ from transformers import AutoConfig, AutoModel, AutoTokenizer
 
 from minirl import _validate
 from minirl._io import write_folder
+from minirl.course import use_threads
 from minirl.history import History
 from minirl.lm.config import PRETRAINED_RM, RewardModelConfig  # noqa: F401  (re-exported)
 from minirl.lm.model import MARKER, check_vocab, load, resolve_device
@@ -287,8 +288,7 @@ def train(cfg: RewardModelConfig, progress: bool = False) -> RewardModelResult:
         from minirl._io import refuse_foreign
 
         refuse_foreign(Path(cfg.out), MARKER, "reward model")  # before any work: a refusal costs nothing
-    if cfg.threads:
-        torch.set_num_threads(cfg.threads)
+    use_threads(cfg.threads)
     device = resolve_device(cfg.device)
     task = get_task(cfg.task)
     lm, tokenizer = load(cfg.model, device=device)

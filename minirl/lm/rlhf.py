@@ -40,6 +40,7 @@ import torch
 from tqdm.auto import tqdm
 
 from minirl import _validate
+from minirl.course import use_threads
 from minirl.history import History
 from minirl.lm import rewards as rw
 from minirl.lm import runs
@@ -179,8 +180,7 @@ def train(cfg: RLHFConfig, progress: bool = False, reward_fn: rw.RewardFn | None
     if saved is not None:
         changed = runs.check_resume(saved, cfg, "rlhf")
         resumes = saved.state.get("resumes", []) + [{"step": saved.step, "changed": changed}]
-    if cfg.threads:
-        torch.set_num_threads(cfg.threads)
+    use_threads(cfg.threads)
     task = get_task(cfg.task)
     max_new = cfg.max_new_tokens or task.max_new_tokens
     verifier = rw.accuracy_reward(task)  # logged only: PPO learns from the reward model
