@@ -27,6 +27,7 @@ from pathlib import Path
 import torch
 
 from minirl import _validate
+from minirl.course import use_threads
 from minirl.lm import grpo, sft
 from minirl.lm.config import GRPOConfig
 from minirl.lm.evaluation import evaluate
@@ -174,8 +175,7 @@ class DistillResult:
 def sft_on_traces(cfg: DistillConfig, progress: bool = False) -> DistillResult:
     """Rejection-sample ``cfg.prompts`` training problems from the teacher, then SFT the student on what was kept."""
     check_config(cfg)
-    if cfg.threads:
-        torch.set_num_threads(cfg.threads)
+    use_threads(cfg.threads)
     task = get_task(cfg.task)
     teacher, tokenizer = load(cfg.teacher, device="cpu")
     student, student_tok = load(cfg.student, device="cpu")
