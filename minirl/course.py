@@ -47,11 +47,13 @@ def threads() -> int:
 
 
 def use_threads(n: int = 0) -> int:
-    """Set torch's CPU thread count to ``n``, or to ``threads()`` when ``n`` is 0; return the count now in use.
+    """Set torch's CPU thread count to ``n`` and return the count now in use. ``n = 0`` keeps the current count when
+    waiting threads sleep (``PASSIVE_WAIT``: a notebook's own ``torch.set_num_threads`` stands) and sets 1 when they
+    spin, which never collapses when something else runs on the machine.
 
-    The LM trainers call it with their ``threads`` field; the LM notebooks call it once at the top.
+    The LM trainers call it with their ``threads`` field; the LM notebooks call it at the top with ``threads()``.
     """
     import torch  # here, not at the top: this module must load before torch (see above)
 
-    torch.set_num_threads(n or threads())
+    torch.set_num_threads(n or (torch.get_num_threads() if PASSIVE_WAIT else 1))
     return torch.get_num_threads()

@@ -32,7 +32,7 @@ def test_thread_policy(first, given, passive, threads):
     assert policy == (given or "PASSIVE")
 
 
-def test_use_threads_sets_the_count_or_the_course_default():
+def test_use_threads_sets_the_count_or_keeps_a_safe_one(monkeypatch):
     import torch
 
     import minirl.course as course
@@ -40,6 +40,10 @@ def test_use_threads_sets_the_count_or_the_course_default():
     before = torch.get_num_threads()
     try:
         assert course.use_threads(1) == 1 == torch.get_num_threads()
-        assert course.use_threads(0) == course.threads() == torch.get_num_threads()
+        monkeypatch.setattr(course, "PASSIVE_WAIT", True)  # sleeping threads: 0 keeps what the caller chose
+        torch.set_num_threads(2)
+        assert course.use_threads(0) == 2
+        monkeypatch.setattr(course, "PASSIVE_WAIT", False)  # spinning threads: 0 means one thread
+        assert course.use_threads(0) == 1
     finally:
         torch.set_num_threads(before)

@@ -43,7 +43,7 @@ class GRPOConfig:
     save_every: int = 0  # steps between checkpoints into out; 0: only at the end
     resume: bool = False  # continue the run in out (else start) as if unbroken; settings of the math must match
     seed: int = 0  # prompts and sampling of step s are seeded by (seed, s), so a resumed run draws the same
-    threads: int = 0  # torch CPU threads; 0: minirl.course.threads() (all cores if idle threads sleep, else 1)
+    threads: int = 0  # torch CPU threads; 0: as set (1 if idle threads spin, minirl.course.use_threads)
     device: str = "auto"  # "auto" (a GPU when there is one), "cpu", "cuda"
 
 
@@ -66,7 +66,7 @@ class PretrainConfig:
     eval_n: int = 100  # held-out problems for those checks
     final_n: int = 500  # held-out problems for the final evaluation stored with the checkpoint
     seed: int = 0  # weights, problem pool and shuffling
-    threads: int = 0  # torch CPU threads; 0: minirl.course.threads(). Results are reproducible per thread count
+    threads: int = 0  # torch CPU threads; 0: as set (course.use_threads); results reproduce per thread count
 
 
 @dataclass
@@ -86,7 +86,7 @@ class RewardModelConfig:
     max_grad_norm: float = 1.0  # clip the global gradient norm to this
     out: str | None = None  # folder for the reward model (new, empty or minirl's); None: not saved
     seed: int = 0  # prompts, samples, labels, split and minibatch order
-    threads: int = 0  # torch CPU threads; 0: minirl.course.threads() (all cores if idle threads sleep, else 1)
+    threads: int = 0  # torch CPU threads; 0: as set (1 if idle threads spin, minirl.course.use_threads)
     device: str = "auto"  # "auto" (a GPU when there is one), "cpu", "cuda"
 
 
@@ -120,5 +120,5 @@ class RLHFConfig:
     save_every: int = 0  # steps between checkpoints into out; 0: only at the end
     resume: bool = False  # continue the run in out (else start) as if unbroken; settings of the math must match
     seed: int = 0  # prompts, sampling and minibatch order of step s are seeded by (seed, s)
-    threads: int = 0  # torch CPU threads; 0: minirl.course.threads() (all cores if idle threads sleep, else 1)
+    threads: int = 0  # torch CPU threads; 0: as set (1 if idle threads spin, minirl.course.use_threads)
     device: str = "auto"  # "auto" (a GPU when there is one), "cpu", "cuda"

@@ -34,4 +34,4 @@ class DistillConfig:
     eval_n: int = 500  # held-out problems for the before/after evaluation
     seed: int = 0  # prompts, the teacher's sampling and the SFT's shuffling
     out: str | None = None  # folder to save the trained student in; None: not saved
-    threads: int = 0  # torch CPU threads; 0: minirl.course.threads() (all cores if idle threads sleep, else 1)
+    threads: int = 0  # torch CPU threads; 0: as set (1 if idle threads spin, minirl.course.use_threads)
