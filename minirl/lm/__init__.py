@@ -29,7 +29,24 @@ _HOMES = {  # public name -> the module that defines it
     "sample": "sampling",
     "build_tokenizer": "tokenizer",
 }
-_MODULES = ("grpo", "pipeline", "pretraining", "reward_model", "rewards", "rlhf", "runs", "sft", "tasks")
+_MODULES = (
+    "config",
+    "evaluation",
+    "grpo",
+    "model",
+    "pipeline",
+    "pipeline_config",
+    "preferences",
+    "pretraining",
+    "reward_model",
+    "rewards",
+    "rlhf",
+    "runs",
+    "sampling",
+    "sft",
+    "tasks",
+    "tokenizer",
+)
 
 __all__ = ["PRETRAINED", *sorted(_HOMES), *_MODULES]
 
