@@ -169,11 +169,7 @@ def train(
     """
     check_config(cfg)
     # claim the output folder and read its checkpoint before any work: a refusal costs nothing
-    out, saved = runs.start_run(cfg.out, cfg.resume) if cfg.out else (None, None)
-    resumes = []  # one record per resume: its step and the settings that changed (only those runs.FREE allows)
-    if saved is not None:
-        changed = runs.check_resume(saved, cfg, "grpo")
-        resumes = saved.state.get("resumes", []) + [{"step": saved.step, "changed": changed}]
+    out, saved, resumes = runs.start_run(cfg, "grpo")
     use_threads(cfg.threads)
     task = get_task(cfg.task)
     max_new = cfg.max_new_tokens or task.max_new_tokens

@@ -175,11 +175,7 @@ def train(cfg: RLHFConfig, progress: bool = False, reward_fn: rw.RewardFn | None
     continues from the checkpoint there.
     """
     check_config(cfg)
-    out, saved = runs.start_run(cfg.out, cfg.resume) if cfg.out else (None, None)
-    resumes = []
-    if saved is not None:
-        changed = runs.check_resume(saved, cfg, "rlhf")
-        resumes = saved.state.get("resumes", []) + [{"step": saved.step, "changed": changed}]
+    out, saved, resumes = runs.start_run(cfg, "rlhf")
     use_threads(cfg.threads)
     task = get_task(cfg.task)
     max_new = cfg.max_new_tokens or task.max_new_tokens

@@ -71,20 +71,27 @@ class SavedRun:
         return load_file(path) if path.exists() else {}
 
 
-def start_run(out: str | os.PathLike, resume: bool, what: str = "run") -> tuple[Path, "SavedRun | None"]:
-    """Claim ``out`` for a run before any work starts, and read its checkpoint when ``resume`` asks for it.
+def start_run(cfg, trainer: str) -> tuple[Path | None, "SavedRun | None", list[dict]]:
+    """Claim ``cfg.out`` for a run before any work starts, and read its checkpoint when ``cfg.resume`` asks for it.
 
     Refuses (FileExistsError) a non-empty folder that minirl did not make, and a folder that already holds a run's
-    checkpoint when ``resume`` is False: starting over would replace it. Returns ``(out, saved or None)``.
+    checkpoint when ``cfg.resume`` is False: starting over would replace it; refuses (``check_resume``) a resume whose
+    settings change the math. Returns ``(out, saved, resumes)``: ``(None, None, [])`` without ``cfg.out``, and
+    ``resumes`` the record of every resume so far (its step and the free settings that changed), to save again.
     """
-    out = claim_folder(out, what)
+    if not cfg.out:
+        return None, None, []
+    out = claim_folder(cfg.out, "run")
     saved = load_run(out)
-    if saved is not None and not resume:
+    if saved is None:
+        return out, None, []
+    if not cfg.resume:
         raise FileExistsError(
             f"{out} already holds the checkpoint of a {saved.trainer} run at step {saved.step}; starting again there "
             "would replace it. Pass --resume (resume=True) to continue that run, or choose another output folder"
         )
-    return out, saved
+    changed = check_resume(saved, cfg, trainer)
+    return out, saved, saved.state.get("resumes", []) + [{"step": saved.step, "changed": changed}]
 
 
 def save_run(
