@@ -121,6 +121,40 @@ def test_distill_config_is_checked(field, value):
         pipeline.check_config(dataclasses.replace(pipeline.DistillConfig(), **{field: value}))
 
 
+@pytest.mark.parametrize("field, value", [("traces", 0), ("lr", 0.0), ("task", "chess"), ("steps", 2.5)])
+def test_cold_start_config_is_checked(field, value):
+    with pytest.raises((ValueError, TypeError), match=field):
+        pipeline.check_config(dataclasses.replace(pipeline.ColdStartConfig(), **{field: value}))
+
+
+def test_cold_start_refuses_a_foreign_folder_before_any_work(tmp_path, monkeypatch):
+    (tmp_path / "notes.txt").write_text("mine")
+    monkeypatch.setattr(pipeline, "load", lambda *a, **k: pytest.fail("loaded a model before refusing the folder"))
+    with pytest.raises(FileExistsError, match="not empty"):
+        pipeline.cold_start(pipeline.ColdStartConfig(out=str(tmp_path)))
+    assert [p.name for p in tmp_path.iterdir()] == ["notes.txt"]
+
+
+def test_cold_start_from_the_command_line_trains_saves_and_reports(tmp_path, capsys, one_thread):
+    """A few SFT steps of the small student on the mixed task: saved with its scores, printed before and after."""
+    import json
+
+    from minirl.cli import main
+    from minirl.lm import load
+
+    out = tmp_path / "cold"
+    main(["lm", "cold-start", "--model", str(pipeline.STUDENT), "--task", "addition-mixed", "--traces", "16",
+          "--steps", "3", "--batch-size", "8", "--eval-n", "8", "--threads", "1", "--out", str(out)])  # fmt: skip
+    printed = capsys.readouterr().out
+    assert "before: held-out greedy accuracy" in printed and "minirl lm grpo --model" in printed
+    record = json.loads((out / "minirl.json").read_text())
+    assert record["config"]["traces"] == 16 and record["heldout"]["n"] == 8
+    start, _ = load(pipeline.STUDENT, device="cpu")
+    model, _ = load(out, device="cpu")
+    changed = [not torch.equal(a, b) for a, b in zip(start.parameters(), model.parameters())]
+    assert any(changed)
+
+
 def test_checkpoints_are_what_the_readme_says():
     import json
 

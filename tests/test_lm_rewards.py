@@ -77,3 +77,17 @@ def test_bad_weights_and_lengths_raise():
         rewards.score({"accuracy": (acc, 1.0)}, ["q"], [GOOD, GOOD], ["932"])
     with pytest.raises(ValueError, match="at least one"):
         rewards.score({}, ["q"], [GOOD], ["932"])
+
+
+def test_consistency_reward_is_the_digit_share_and_grpo_logs_it():
+    from minirl.lm import grpo
+
+    texts = ["<think>7+5=12 c1</think><answer>12</answer>", "<think>H+F=BC cB</think><answer>12</answer>", "x"]
+    assert rewards.consistency_reward(["7+5="] * 3, texts, ["12"] * 3) == [1.0, 0.0, 0.0]
+    parts = grpo.reward_parts(grpo.GRPOConfig(consistency_weight=0.5), tasks.get_task("addition-mixed"), None)
+    total, values = rewards.score(parts, ["7+5="] * 3, texts, ["12"] * 3)
+    assert total.tolist() == [1.5, 1.0, 0.0]  # accuracy 1, 1, 0 plus half the digit share
+    assert values["consistency"].tolist() == [1.0, 0.0, 0.0]
+    _, values = rewards.score(grpo.reward_parts(grpo.GRPOConfig(), tasks.get_task("addition"), None),
+                              ["7+5="], texts[:1], ["12"])  # fmt: skip
+    assert "consistency" in values  # logged even at weight 0, like the format reward

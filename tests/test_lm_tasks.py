@@ -151,3 +151,52 @@ def test_bad_arguments_name_the_fix():
         make_problems(Addition(1), "heldout", 50)
     with pytest.raises(ValueError, match="digits"):
         Addition(0)
+
+
+# --- two notations (language mixing at toy scale) ---
+
+
+def test_mixed_addition_writes_whole_columns_in_one_notation():
+    """Each column's sum and the carry it passes on share a notation; the answer is always in digits."""
+    task = tasks.MixedAddition(3)
+    plain = Addition(3)
+    for p in make_problems(task, "train", 300, seed=1):
+        a, b = map(int, p.prompt[:-1].split("+"))
+        reference = plain.solve(a, b)
+        assert p.answer == reference.answer and p.completion.endswith(f"<answer>{p.answer}</answer>")
+        think = lambda text: text[len("<think>") : text.index("</think>")]
+        columns = re.findall(r"\S+ c\S", think(p.completion))
+        ref_columns = re.findall(r"\S+ c\d", think(reference.completion))
+        assert len(columns) == len(ref_columns) == 3
+        for column, ref in zip(columns, ref_columns):
+            assert column in (ref, ref.translate(str.maketrans("0123456789", "ABCDEFGHIJ")))
+            assert column == ref or not any(ch.isdigit() for ch in column)  # never half and half
+
+
+def test_mixed_addition_mixes_at_the_rate_asked_and_reduces_to_addition():
+    traces = [p.completion for p in make_problems(tasks.MixedAddition(3, mix=0.5), "train", 400)]
+    share = sum(map(tasks.digit_share, traces)) / len(traces)
+    assert 0.4 < share < 0.6  # about half the columns in each notation
+    only_digits = make_problems(tasks.MixedAddition(3, mix=0.0), "train", 50)
+    assert [p.completion for p in only_digits] == [Addition(3).solve(*map(int, p.prompt[:-1].split("+"))).completion
+                                                   for p in only_digits]  # fmt: skip
+    assert all(tasks.digit_share(p.completion) == 0 for p in make_problems(tasks.MixedAddition(3, 1.0), "train", 50))
+    with pytest.raises(ValueError, match="mix"):
+        tasks.MixedAddition(3, mix=1.5)
+
+
+@pytest.mark.parametrize(
+    "text, share",
+    [
+        ("<think>7+5=12 c1</think><answer>12</answer>", 1.0),
+        ("<think>H+F=BC cB</think><answer>12</answer>", 0.0),
+        ("<think>7+5=12 c1 E+I+B=BD cB</think><answer>132</answer>", 5 / 11),  # 5 digits, 6 letter numerals
+        ("<think>7+5=12 c1</think><answer>ABC</answer>", 1.0),  # only the trace counts
+        ("<think>c x</think><answer>1</answer>", 0.0),  # no numeral at all
+        ("7+5=12<answer>12</answer>", 0.0),  # no trace
+        ("<think>1</think><think>A</think>", 0.0),  # two traces: none is read
+        ("</think>1<think>", 0.0),
+    ],
+)
+def test_digit_share_by_hand(text, share):
+    assert tasks.digit_share(text) == pytest.approx(share)

@@ -65,6 +65,19 @@ def run_rlhf(args: argparse.Namespace) -> None:
     )
 
 
+def run_cold_start(args: argparse.Namespace) -> None:
+    from minirl.lm import pipeline
+    from minirl.lm.pipeline_config import ColdStartConfig
+
+    cfg = config_from(args, ColdStartConfig)
+    r = pipeline.cold_start(cfg, progress=True)
+    for name, ev in (("before", r.before), ("after", r.after)):
+        print(f"{name}: held-out greedy accuracy {ev.accuracy:.1%}, T=1 {ev.sampled_accuracy:.1%}, format "
+              f"{ev.format_rate:.1%}, digits in traces {ev.digit_share:.1%} (n={ev.n})")
+    where = f"; wrote {cfg.out} (reasoning RL from it: minirl lm grpo --model {cfg.out})" if cfg.out else ""
+    print(f"SFT compute: {r.compute:.3g} token-passes{where}")
+
+
 def run_distill(args: argparse.Namespace) -> None:
     from minirl.lm import pipeline
     from minirl.lm.pipeline_config import DistillConfig
@@ -78,7 +91,7 @@ def run_distill(args: argparse.Namespace) -> None:
 
 
 def register(subparsers) -> None:
-    """Add ``lm`` and its subcommands (``lm pretrain``, ``lm grpo``) to the ``minirl`` command's subparsers."""
+    """Add ``lm`` and its subcommands (``lm pretrain``, ``lm grpo``, ...) to the ``minirl`` command's subparsers."""
     lm = subparsers.add_parser("lm", help="the language-model half of the course")
     commands = lm.add_subparsers(dest="lm_command", required=True)
     parser = commands.add_parser(
@@ -119,8 +132,17 @@ def register(subparsers) -> None:
     )
     add_options(parser, RLHFConfig)
     parser.set_defaults(func=run_rlhf)
-    from minirl.lm.pipeline_config import DistillConfig
+    from minirl.lm.pipeline_config import ColdStartConfig, DistillConfig
 
+    parser = commands.add_parser(
+        "cold-start",
+        help="R1's stage 1: SFT on a small set of clean written solutions, before reasoning RL",
+        description="Fine-tune a fresh copy of MODEL on TRACES training problems with the task's own written "
+        "solutions, report held-out accuracy, format and notation before and after, and save it to OUT. The "
+        "reasoning-RL stage that follows is `minirl lm grpo --model OUT`.",
+    )
+    add_options(parser, ColdStartConfig)
+    parser.set_defaults(func=run_cold_start)
     parser = commands.add_parser(
         "distill",
         help="R1's rejection-sampling SFT and distillation: SFT a student on a teacher's verified traces",

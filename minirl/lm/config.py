@@ -18,7 +18,7 @@ class GRPOConfig:
     on 2 CPU cores (16 prompts x 8 completions, temperature 1, one iteration, lr 1e-4, beta 0)."""
 
     model: str = str(PRETRAINED)  # checkpoint folder or hub name to start from (and the frozen reference, beta > 0)
-    task: str = "addition"  # task family of minirl.lm.tasks: addition (3 digits), sorting, addition-plain
+    task: str = "addition"  # task of minirl.lm.tasks: addition (3 digits), sorting, addition-plain, addition-mixed
     steps: int = 200  # GRPO steps; each samples B = prompts_per_step * group_size completions and trains on them
     prompts_per_step: int = 16  # N questions per step, fresh training problems each step
     group_size: int = 8  # G completions per question (Shao et al. 2024 used 64); >= 2, a group of one has no baseline
@@ -34,6 +34,7 @@ class GRPOConfig:
     drop_zero_variance: bool = False  # leave groups whose rewards are all equal out of the loss (their A_i are 0)
     accuracy_weight: float = 1.0  # weight of the accuracy reward (1 for the right answer in <answer>..</answer>)
     format_weight: float = 0.0  # weight of the strict format reward; logged either way (a bonus made runs collapse)
+    consistency_weight: float = 0.0  # weight of the language-consistency reward (share of the trace in digits); logged
     lr: float = 1e-4  # AdamW learning rate, constant; 1e-4 learned here, 3e-4 collapsed
     weight_decay: float = 0.0  # AdamW's decoupled weight decay
     max_grad_norm: float = 1.0  # clip the global gradient norm to this

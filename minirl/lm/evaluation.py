@@ -5,13 +5,14 @@ from dataclasses import dataclass
 import torch
 
 from minirl.lm.sampling import sample
-from minirl.lm.tasks import format_ok, is_correct, make_problems
+from minirl.lm.tasks import digit_share, format_ok, is_correct, make_problems
 
 
 @dataclass
 class Evaluation:
     """Scores on ``n`` held-out problems. ``accuracy`` and ``format_rate`` are greedy; the ``sampled_`` scores average
-    ``k`` completions per problem at ``temperature``; ``pass_at_k`` is the share of problems with a correct one."""
+    ``k`` completions per problem at ``temperature``; ``pass_at_k`` is the share of problems with a correct one.
+    ``digit_share`` is the mean share of the greedy traces' numerals written in digits (``tasks.digit_share``)."""
 
     n: int
     accuracy: float
@@ -22,6 +23,7 @@ class Evaluation:
     sampled_format_rate: float | None
     pass_at_k: float | None
     examples: list[tuple[str, str]]  # (prompt, greedy completion) of the first few problems
+    digit_share: float = 1.0
 
 
 def _score(task, problems, prompts, model, tokenizer, batch_size, **kw) -> tuple[torch.Tensor, torch.Tensor, list]:
@@ -76,4 +78,5 @@ def evaluate(
         sampled_format_rate=sampled[1],
         pass_at_k=sampled[2],
         examples=list(zip(prompts, texts))[:5],
+        digit_share=sum(map(digit_share, texts)) / n,
     )

@@ -148,6 +148,7 @@ def reward_parts(cfg: GRPOConfig, task, reward_fn: rw.RewardFn | None) -> dict:
     parts = {
         "accuracy": (rw.accuracy_reward(task), cfg.accuracy_weight),
         "format": (rw.format_reward, cfg.format_weight),
+        "consistency": (rw.consistency_reward, cfg.consistency_weight),
     }
     if reward_fn is not None:
         parts["user"] = (reward_fn, 1.0)
@@ -186,7 +187,8 @@ def train(
 
     def evaluation(step: int) -> dict:
         ev = evaluate(model, tokenizer, task, n=cfg.eval_n, k=0)
-        evals.append({"step": step, "heldout_accuracy": ev.accuracy, "heldout_format": ev.format_rate})
+        evals.append({"step": step, "heldout_accuracy": ev.accuracy, "heldout_format": ev.format_rate,
+                      "heldout_digit_share": ev.digit_share})  # fmt: skip
         return evals[-1]
 
     if cfg.eval_every and not evals:

@@ -5,7 +5,7 @@ rewards), rejection-sampling SFT (sample many answers from the RL model, keep th
 model on them), and a last RL round. Its distilled models are smaller base models fine-tuned on the same kind of
 verified traces. Here every stage is one function on the tiny LM:
 
-    cold start            ``sft.train`` on ``reference_traces(task, n)``      (the task's own written solutions)
+    cold start            ``cold_start(ColdStartConfig)``: ``sft.train`` on ``reference_traces(task, n)``
     reasoning RL          ``reasoning_rl(model, tokenizer, GRPOConfig)``      (``grpo.train`` from a model in memory)
     rejection sampling    ``rejection_sample(model, tokenizer, task, problems, k)`` -> ``Traces``
     SFT on traces         ``sft_on_traces(DistillConfig)``: rejection sampling from ``teacher``, then SFT of ``student``
@@ -31,8 +31,8 @@ from minirl.course import use_threads
 from minirl.lm import grpo, sft
 from minirl.lm.config import GRPOConfig
 from minirl.lm.evaluation import evaluate
-from minirl.lm.model import load, save
-from minirl.lm.pipeline_config import CHECKPOINTS, KEEPS, STUDENT, TEACHER, DistillConfig  # noqa: F401
+from minirl.lm.model import checkpoint_folder, load, save
+from minirl.lm.pipeline_config import CHECKPOINTS, KEEPS, STUDENT, TEACHER, ColdStartConfig, DistillConfig  # noqa: F401
 from minirl.lm.sampling import sample
 from minirl.lm.tasks import TASKS, Problem, format_ok, get_task, is_correct, make_problems
 
@@ -151,11 +151,55 @@ def reasoning_rl(model, tokenizer, cfg: GRPOConfig, **kwargs) -> grpo.GRPOResult
         return grpo.train(dataclasses.replace(cfg, model=str(Path(tmp) / "start")), **kwargs)
 
 
-def check_config(cfg: DistillConfig) -> DistillConfig:
+def check_config(cfg: DistillConfig | ColdStartConfig) -> DistillConfig | ColdStartConfig:
     """Check every field of ``cfg`` (type and range) before any work; raise naming the field and what it allows."""
-    positive = ("prompts", "k", "temperature", "per_prompt", "steps", "batch_size", "lr", "eval_n")
+    positive = ("prompts", "k", "temperature", "per_prompt", "traces", "steps", "batch_size", "lr", "eval_n")
+    positive = tuple(f for f in positive if hasattr(cfg, f))
     nonneg = ("warmup_steps", "seed", "threads")
-    return _validate.check_config(cfg, positive, nonneg, choices={"keep": KEEPS, "task": tuple(TASKS)})
+    choices = {"keep": KEEPS, "task": tuple(TASKS)} if isinstance(cfg, DistillConfig) else {"task": tuple(TASKS)}
+    return _validate.check_config(cfg, positive, nonneg, choices=choices)
+
+
+@dataclass
+class ColdStartResult:
+    """The fine-tuned model, held-out scores before and after (``Evaluation``), and the SFT's history."""
+
+    model: object
+    tokenizer: object
+    before: object
+    after: object
+    compute: float  # token-passes of the SFT
+    history: list[dict] = field(default_factory=list)
+
+
+def cold_start(cfg: ColdStartConfig, progress: bool = False) -> ColdStartResult:
+    """R1's stage 1: SFT of a fresh copy of ``cfg.model`` on ``cfg.traces`` reference solutions of ``cfg.task``."""
+    check_config(cfg)
+    use_threads(cfg.threads)
+    if cfg.out:
+        checkpoint_folder(cfg.out)  # refuse a folder minirl did not write, before any work
+    task = get_task(cfg.task)
+    model, tokenizer = load(cfg.model, device="cpu")
+    examples = reference_traces(task, cfg.traces, cfg.seed)
+    before = evaluate(model, tokenizer, task, n=cfg.eval_n, k=1)
+    sft_cfg = sft.SFTConfig(steps=cfg.steps, batch_size=cfg.batch_size, lr=cfg.lr, warmup_steps=cfg.warmup_steps,
+                            eval_every=cfg.steps, seed=cfg.seed)  # fmt: skip
+    result = sft.train(model, tokenizer, examples, sft_cfg, progress=progress)
+    after = evaluate(model, tokenizer, task, n=cfg.eval_n, k=1)
+    compute = sft_compute(tokenizer, examples, cfg.steps, cfg.batch_size)
+    if cfg.out:
+        save(model, tokenizer, cfg.out, {"config": dataclasses.asdict(cfg), "heldout": heldout_record(after)})
+    return ColdStartResult(model, tokenizer, before, after, compute, result.history)
+
+
+def heldout_record(ev) -> dict:
+    """The scores of an ``Evaluation`` as stored in a checkpoint's ``minirl.json``."""
+    record = {"n": ev.n, "greedy_accuracy": round(ev.accuracy, 4), "greedy_format_rate": round(ev.format_rate, 4),
+              "greedy_digit_share": round(ev.digit_share, 4)}  # fmt: skip
+    if ev.sampled_accuracy is not None:
+        record.update({"temperature_1_accuracy": round(ev.sampled_accuracy, 4),
+                       "temperature_1_format_rate": round(ev.sampled_format_rate, 4)})  # fmt: skip
+    return record
 
 
 @dataclass
@@ -175,6 +219,8 @@ class DistillResult:
 def sft_on_traces(cfg: DistillConfig, progress: bool = False) -> DistillResult:
     """Rejection-sample ``cfg.prompts`` training problems from the teacher, then SFT the student on what was kept."""
     check_config(cfg)
+    if cfg.out:
+        checkpoint_folder(cfg.out)  # refuse a folder minirl did not write, before any work
     use_threads(cfg.threads)
     task = get_task(cfg.task)
     teacher, tokenizer = load(cfg.teacher, device="cpu")
@@ -198,8 +244,7 @@ def sft_on_traces(cfg: DistillConfig, progress: bool = False) -> DistillResult:
     compute = sft_compute(tokenizer, traces.examples, cfg.steps, cfg.batch_size)
     if cfg.out:
         meta = {"config": dataclasses.asdict(cfg), "kept": len(traces.examples), "sampled": traces.sampled,
-                "heldout": {"n": after.n, "greedy_accuracy": round(after.accuracy, 4),
-                            "greedy_format_rate": round(after.format_rate, 4)}}  # fmt: skip
+                "heldout": heldout_record(after)}  # fmt: skip
         save(student, tokenizer, cfg.out, meta)
     return DistillResult(student, tokenizer, traces, before, after, compute, {"sample": t1 - t0, "sft": t3 - t2},
                          result.history)  # fmt: skip

@@ -1,5 +1,6 @@
-"""The config of ``minirl lm distill`` (``minirl.lm.pipeline``), in a module that imports neither torch nor
-transformers, so that ``minirl --help`` builds its parser without them (as ``minirl.lm.config`` does)."""
+"""The configs of ``minirl lm cold-start`` and ``minirl lm distill`` (``minirl.lm.pipeline``), in a module that
+imports neither torch nor transformers, so that ``minirl --help`` builds its parser without them (as
+``minirl.lm.config`` does)."""
 
 from dataclasses import dataclass
 
@@ -34,4 +35,22 @@ class DistillConfig:
     eval_n: int = 500  # held-out problems for the before/after evaluation
     seed: int = 0  # prompts, the teacher's sampling and the SFT's shuffling
     out: str | None = None  # folder to save the trained student in; None: not saved
+    threads: int = 0  # torch CPU threads; 0: as set (1 if idle threads spin, minirl.course.use_threads)
+
+
+@dataclass
+class ColdStartConfig:
+    """SFT of ``model`` on ``traces`` clean written solutions of ``task`` (R1's cold start, stage 1). Each field is an
+    option of ``minirl lm cold-start``; the reasoning-RL stage that follows is ``minirl lm grpo --model OUT``."""
+
+    model: str = str(PRETRAINED)  # model fine-tuned on the traces (a fresh copy from its folder)
+    task: str = "addition"  # task family of minirl.lm.tasks whose reference traces are learned
+    traces: int = 64  # distinct training problems with their written solution (R1: thousands, a small set)
+    steps: int = 100  # SFT steps
+    batch_size: int = 32  # examples per SFT step
+    lr: float = 3e-4  # peak AdamW learning rate of the SFT (cosine to lr / 10)
+    warmup_steps: int = 10  # linear warm-up steps
+    eval_n: int = 500  # held-out problems for the before/after evaluation
+    seed: int = 0  # which problems and the SFT's shuffling
+    out: str | None = None  # folder to save the fine-tuned model in; None: not saved
     threads: int = 0  # torch CPU threads; 0: as set (1 if idle threads spin, minirl.course.use_threads)

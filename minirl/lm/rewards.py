@@ -5,9 +5,11 @@ number per completion:
 
     reward_fn(prompts: list[str], completions: list[str], answers: list[str]) -> list[float] | torch.Tensor  # (B,)
 
-Two ship here: ``accuracy_reward(task)`` (1 when the answer inside ``<answer>...</answer>`` is right, else 0) and
+Three ship here: ``accuracy_reward(task)`` (1 when the answer inside ``<answer>...</answer>`` is right, else 0),
 ``format_reward`` (1 when the completion is exactly ``<think>...</think><answer>...</answer>``, each tag once, in
-order, nothing around it). ``score`` turns named, weighted parts into the reward the trainer uses,
+order, nothing around it) and ``consistency_reward`` (the share of the trace's numerals written in digits: R1's
+language-consistency reward, on the two notations of ``tasks.MixedAddition``). ``score`` turns named, weighted parts
+into the reward the trainer uses,
 
     r_i = sum_k w_k * r_k(q_i, o_i)
 
@@ -21,7 +23,7 @@ from collections.abc import Callable, Mapping, Sequence
 
 import torch
 
-from minirl.lm.tasks import extract_answer, format_ok
+from minirl.lm.tasks import digit_share, extract_answer, format_ok
 
 RewardFn = Callable[[list[str], list[str], list[str]], "Sequence[float] | torch.Tensor"]
 
@@ -46,6 +48,15 @@ def accuracy_reward(task) -> RewardFn:
 def format_reward(prompts: list[str], completions: list[str], answers: list[str]) -> list[float]:
     """1.0 where the completion is exactly ``<think>..</think><answer>..</answer>`` (``tasks.format_ok``), else 0.0."""
     return [float(format_ok(text)) for text in completions]
+
+
+def consistency_reward(prompts: list[str], completions: list[str], answers: list[str]) -> list[float]:
+    """The share of each trace written in the target notation (digits), in [0, 1] (``digit_share``).
+
+    DeepSeek-AI 2025 (R1, section 2.3.3) adds the share of target-language words in the chain of thought to the reward
+    to stop language mixing, and reports that it costs a little accuracy for traces people can read.
+    """
+    return [digit_share(text) for text in completions]
 
 
 def check_rewards(name: str, values, n: int) -> torch.Tensor:

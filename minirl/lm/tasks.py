@@ -6,8 +6,9 @@ inside ``<answer>...</answer>``, the template DeepSeek-R1 was trained to follow:
     347+585=<think>7+5=12 c1 4+8+1=13 c1 3+5+1=9 c0</think><answer>932</answer>
 
 A task is any object with ``name``, ``max_new_tokens``, ``draw(rng) -> Problem`` and
-``same_answer(given, expected) -> bool``; two families ship here, :class:`Addition` and :class:`Sorting`, and
-:class:`PlainAddition`, the same sums written without the tags (a model that never saw them, for notebook 11).
+``same_answer(given, expected) -> bool``; two families ship here, :class:`Addition` and :class:`Sorting`, with two
+variants of the sums: :class:`PlainAddition`, written without the tags (a model that never saw them, for notebook 11),
+and :class:`MixedAddition`, whose traces mix two notations for the numbers (language mixing, for notebook 12).
 
 Train and held-out splits are fixed by a hash of the prompt, not by the seed: a problem is held out for every seed
 or for none, so no train set ever shares a problem with any held-out set. Extraction and checking take any string
@@ -133,7 +134,40 @@ class PlainAddition(Addition):
         return text.rsplit(" so ", 1)[1] if " so " in text else None
 
 
-TASKS = {"addition": Addition, "sorting": Sorting, "addition-plain": PlainAddition}
+LETTERS = "ABCDEFGHIJ"  # the second notation of MixedAddition: A=0, B=1, ..., J=9
+TO_LETTERS = str.maketrans("0123456789", LETTERS)
+
+
+class MixedAddition(Addition):
+    """:class:`Addition` whose trace writes each column's numbers in digits or, with probability ``mix``, in letter
+    numerals (``A`` = 0 ... ``J`` = 9): ``347+585=`` -> ``<think>7+5=12 c1 E+I+B=BD cB 3+5+1=9 c0</think>...``.
+
+    A toy of the language mixing DeepSeek-R1-Zero showed (English and Chinese in one chain of thought): two notations
+    that mean the same, chosen column by column. The answer is always in digits, so accuracy does not depend on the
+    notation; ``rewards.consistency_reward`` scores the share of the trace written in digits.
+    """
+
+    def __init__(self, digits: int = 3, mix: float = 0.5):
+        if not isinstance(mix, (int, float)) or not 0 <= mix <= 1:
+            raise ValueError(f"mix must be a probability in [0, 1], got {mix!r}")
+        super().__init__(digits)
+        self.mix = mix
+        self.name = f"addition{digits}-mixed"
+
+    def draw(self, rng: random.Random) -> Problem:
+        problem = super().draw(rng)
+        think = problem.completion[len("<think>") : problem.completion.index("</think>")]
+        columns = re.findall(r"\S+ c\d", think)  # "4+8+1=13 c1": a column's sum and the carry it passes on
+        think = " ".join(c if rng.random() >= self.mix else letters(c) for c in columns)
+        return Problem(problem.prompt, self.write(think, problem.answer), problem.answer)
+
+
+def letters(text: str) -> str:
+    """``text`` with every digit written as a letter numeral: ``"4+8+1=13"`` -> ``"E+I+B=BD"``."""
+    return text.translate(TO_LETTERS)
+
+
+TASKS = {"addition": Addition, "sorting": Sorting, "addition-plain": PlainAddition, "addition-mixed": MixedAddition}
 
 
 def get_task(name: str):
@@ -193,3 +227,14 @@ def token_count(completion: str) -> int:
     for tag in _TAGS:
         completion = completion.replace(tag, "#")
     return len(completion) + 1
+
+
+def digit_share(text: str) -> float:
+    """The share of the numerals inside ``<think>...</think>`` written as digits rather than letter numerals (A-J);
+    0.0 when the completion has no such trace or the trace holds no numeral."""
+    if text.count("<think>") != 1 or text.count("</think>") != 1 or text.index("<think>") > text.index("</think>"):
+        return 0.0
+    trace = text[text.index("<think>") + len("<think>") : text.index("</think>")]
+    digits = sum(ch.isascii() and ch.isdigit() for ch in trace)
+    numerals = digits + sum(ch in LETTERS for ch in trace)
+    return digits / numerals if numerals else 0.0
