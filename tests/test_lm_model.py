@@ -187,3 +187,23 @@ def test_the_hub_probe_is_bounded_in_time(monkeypatch):
     start = time.perf_counter()
     assert not model_module.hub_reachable(timeout=0.2)
     assert time.perf_counter() - start < 2
+
+
+@pytest.mark.parametrize("hook", [True, False], ids=["tqdm-hook", "no-hook"])
+def test_load_and_save_draw_no_progress_bars(tok, tmp_path, capfd, monkeypatch, hook):
+    """transformers 5 draws "Loading weights" and "Writing model shards" bars; on the course's tiny checkpoints they
+    are only clutter in the notebooks, so minirl's load and save hide them, and only for their own calls (also with a
+    transformers that has no ``set_tqdm_hook``)."""
+    from transformers.utils import logging as hf_logging
+
+    if not hook:
+        monkeypatch.delattr(hf_logging, "set_tqdm_hook", raising=False)
+    model = make_model(tok, seed=1, **SIZES)
+    capfd.readouterr()
+    save(model, tok, tmp_path / "ck")
+    load(tmp_path / "ck", device="cpu")
+    err = capfd.readouterr().err
+    assert "Loading weights" not in err and "Writing model shards" not in err and "%|" not in err, err
+    with hf_logging.tqdm(range(3), desc="a bar of the caller's") as bar:  # transformers' own bars work as before
+        list(bar)
+    assert "a bar of the caller's" in capfd.readouterr().err

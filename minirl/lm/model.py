@@ -11,17 +11,41 @@ import json
 import os
 import socket
 import threading
+from contextlib import contextmanager
 from pathlib import Path
 from urllib.parse import urlparse
 
 import torch
 from huggingface_hub import constants as hf_constants
 from transformers import AutoModelForCausalLM, AutoTokenizer, LlamaConfig, LlamaForCausalLM
+from transformers.utils import logging as hf_logging
 
 from minirl._io import recover_folder, refuse_foreign, write_folder
 from minirl.lm.config import PRETRAINED  # noqa: F401  (re-exported: minirl.lm.model.PRETRAINED)
 
 MARKER = "minirl.json"  # in every checkpoint folder minirl wrote; lm.save replaces only such folders
+
+
+@contextmanager
+def quiet_progress():
+    """Hide the bars transformers 5 draws inside ``from_pretrained`` ("Loading weights") and ``save_pretrained``
+    ("Writing model shards"), for the calls inside the ``with`` only. The course's checkpoints load in milliseconds,
+    and in a notebook every bar is a line of clutter. Hub downloads keep their own bars (huggingface_hub's)."""
+    set_hook = getattr(hf_logging, "set_tqdm_hook", None)
+    if set_hook is None:  # an older transformers 5: no hook, so switch its bars off and back on
+        was_on = hf_logging.is_progress_bar_enabled()
+        hf_logging.disable_progress_bar()
+        try:
+            yield
+        finally:
+            if was_on:
+                hf_logging.enable_progress_bar()
+        return
+    previous = set_hook(lambda factory, args, kwargs: hf_logging.EmptyTqdm(*args, **kwargs))
+    try:
+        yield
+    finally:
+        set_hook(previous)
 
 
 def tiny_config(
@@ -102,7 +126,8 @@ def _load_folder(path: Path):
             f"{err}); copy the checkpoint again, or save it anew with minirl.lm.save"
         ) from err
     try:
-        model, info = AutoModelForCausalLM.from_pretrained(path, output_loading_info=True)
+        with quiet_progress():
+            model, info = AutoModelForCausalLM.from_pretrained(path, output_loading_info=True)
     except Exception as err:  # a truncated model.safetensors fails in safetensors' header parser
         raise OSError(
             f"cannot read the weights in {path / 'model.safetensors'}: missing, truncated, damaged, or of other shapes "
@@ -171,7 +196,8 @@ def _load_hub(name: str):
 
 
 def _from_pretrained(name: str, **kwargs):
-    model, info = AutoModelForCausalLM.from_pretrained(name, output_loading_info=True, **kwargs)
+    with quiet_progress():
+        model, info = AutoModelForCausalLM.from_pretrained(name, output_loading_info=True, **kwargs)
     check_loading_info(name, info)
     return model, AutoTokenizer.from_pretrained(name, **kwargs)
 
@@ -179,7 +205,8 @@ def _from_pretrained(name: str, **kwargs):
 def write_checkpoint(model, tokenizer, folder: Path, metadata: dict | None = None) -> None:
     """Write weights (safetensors), config, tokenizer and ``minirl.json`` (``metadata``) into the new folder
     ``folder``, without the atomic swap: ``save`` and ``minirl.lm.runs`` wrap it in ``_io.write_folder``."""
-    model.save_pretrained(folder)
+    with quiet_progress():
+        model.save_pretrained(folder)
     tokenizer.save_pretrained(folder)
     record = metadata if metadata is not None else {"written_by": "minirl"}  # the file marks the folder, even empty
     (folder / MARKER).write_text(json.dumps(record, indent=2) + "\n")
