@@ -1,6 +1,7 @@
 # make lab   set everything up and open the course in Jupyter Lab
 # make test  set everything up and run what CI runs: ruff, unit and learning tests, every notebook in fast mode
 # make full  run every notebook in full mode, in place (the outputs and figures students see)
+# make site  render every notebook as stored (no execution) to static HTML in site/, with an index
 PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
@@ -9,7 +10,7 @@ TORCH ?= torch==2.13.0
 # torch's idle threads sleep instead of spinning, so a busy laptop does not make them crawl (minirl/course.py).
 export OMP_WAIT_POLICY ?= PASSIVE
 
-.PHONY: venv lab test full clean
+.PHONY: venv lab test full site clean
 
 $(BIN)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -32,6 +33,9 @@ test: venv
 full: venv
 	MINIRL_FAST=0 $(BIN)/jupyter nbconvert --to notebook --execute --inplace \
 		--ExecutePreprocessor.timeout=1800 --ExecutePreprocessor.kernel_name=minirl notebooks/*.ipynb
+
+site: venv
+	$(BIN)/python tools/build_site.py --out site
 
 clean:
 	rm -rf $(VENV) .pytest_cache .ruff_cache
