@@ -162,6 +162,8 @@ def test_checkpoints_are_what_the_readme_says():
     student = json.loads((pipeline.STUDENT / "minirl.json").read_text())
     assert teacher["parameters"] >= 7 * student["parameters"]  # "several times the student's parameters"
     assert teacher["heldout"]["greedy_accuracy"] > 0.7 and student["heldout"]["greedy_accuracy"] < 0.3
+    mixed = json.loads((pipeline.CHECKPOINTS / "tiny-adder-mixed" / "minirl.json").read_text())
+    assert mixed["config"]["task"] == "addition-mixed" and 0.3 < mixed["heldout"]["greedy_digit_share"] < 0.8
 
 
 # --- learning tests: each stage must move held-out accuracy by a margin a broken stage misses ---
