@@ -2,6 +2,8 @@
 # make test  set everything up and run what CI runs: ruff, unit and learning tests, every notebook in fast mode
 # make full  run every notebook in full mode, in place (the outputs and figures students see)
 # make site  render every notebook as stored (no execution) to static HTML in site/, with an index
+# make exercises  the student versions of the notebooks with exercises (solutions replaced by stubs, no outputs)
+#                 in exercises/, made by nbgrader's preprocessors
 PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
@@ -10,7 +12,7 @@ TORCH ?= torch==2.13.0
 # torch's idle threads sleep instead of spinning, so a busy laptop does not make them crawl (minirl/course.py).
 export OMP_WAIT_POLICY ?= PASSIVE
 
-.PHONY: venv lab test full site clean
+.PHONY: venv lab test full site exercises clean
 
 $(BIN)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -36,6 +38,9 @@ full: venv
 
 site: venv
 	$(BIN)/python tools/build_site.py --out site
+
+exercises: venv
+	$(BIN)/python tools/exercises.py notebooks exercises
 
 clean:
 	rm -rf $(VENV) .pytest_cache .ruff_cache
