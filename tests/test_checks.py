@@ -272,6 +272,14 @@ def test_checks_are_assertion_errors_and_fast():
         assert time.perf_counter() - t0 < 0.5, check
 
 
+def test_checks_leave_the_global_random_state_alone():
+    """A notebook's later cells draw from torch's global generator: an exercise cell must not move it."""
+    state = torch.random.get_rng_state()
+    for check, reference, _ in CHECKS.values():
+        check(reference)
+    assert torch.equal(torch.random.get_rng_state(), state)
+
+
 def test_an_exception_names_the_error_and_the_line():
     def my_gae(rew, val, next_val, terminated, truncated, gamma, lam):
         not_done = 1 - terminated  # torch refuses `-` on a bool tensor
