@@ -46,13 +46,21 @@ def course_map(readme: Path = ROOT / "README.md") -> dict[str, str]:
     return {stem: desc.strip() for stem, desc in rows}
 
 
+TEX = {"\\lambda": "λ", "\\epsilon": "ε", "\\gamma": "γ", "\\delta": "δ", "\\beta": "β", "\\pi": "π", "\\theta": "θ",
+       "\\rho": "ρ", "$": ""}
+
+
 def title_of(nb) -> str:
-    """The first markdown heading of a notebook, without its leading '#'."""
+    """The first markdown heading of a notebook, without its leading '#', its math in plain Unicode (the index and the
+    navigation bar are not typeset by MathJax)."""
     for cell in nb.cells:
         if cell.cell_type == "markdown":
             for line in cell.source.splitlines():
                 if line.startswith("# "):
-                    return line[2:].strip()
+                    title = line[2:].strip()
+                    for tex, text in TEX.items():
+                        title = title.replace(tex, text)
+                    return title
     return ""
 
 
@@ -108,10 +116,16 @@ def render_notebook(path: Path, out: Path, mathjax_url: str | None = None, nav: 
     return page
 
 
+def unnumbered(title: str) -> str:
+    """'06 · Generalized advantage estimation' -> 'Generalized advantage estimation' (the index shows the number)."""
+    return re.sub(r"^\d\d\s*·\s*", "", title)
+
+
 def write_index(pages: list[Path], titles: dict[str, str], out: Path, figures: list[str]) -> Path:
     descriptions = course_map()
     rows = "\n".join(
-        f'<li><a href="{p.stem}.html"><span class="num">{p.stem[:2]}</span> {html.escape(titles[p.stem])}</a>'
+        f'<li><a href="{p.stem}.html"><span class="num">{p.stem[:2]}</span> '
+        f'{html.escape(unnumbered(titles[p.stem]))}</a>'
         f'<div class="desc">{html.escape(descriptions.get(p.stem, ""))}</div></li>' for p in pages)
     gallery = "\n".join(f'<a href="figures/{name}"><img src="figures/{name}" alt="{html.escape(name)}" '
                         f'loading="lazy"><span>{html.escape(name[:-4])}</span></a>' for name in figures)
