@@ -154,9 +154,9 @@ def reasoning_rl(model, tokenizer, cfg: GRPOConfig, **kwargs) -> grpo.GRPOResult
 def check_config(cfg: DistillConfig | ColdStartConfig) -> DistillConfig | ColdStartConfig:
     """Check every field of ``cfg`` (type and range) before any work; raise naming the field and what it allows."""
     positive = ("prompts", "k", "temperature", "per_prompt", "traces", "steps", "batch_size", "lr", "eval_n")
-    positive = tuple(f for f in positive if hasattr(cfg, f))
+    positive = tuple(f for f in positive if hasattr(cfg, f))  # the fields of the two configs that must be > 0
     nonneg = ("warmup_steps", "seed", "threads")
-    choices = {"keep": KEEPS, "task": tuple(TASKS)} if isinstance(cfg, DistillConfig) else {"task": tuple(TASKS)}
+    choices = {f: allowed for f, allowed in (("keep", KEEPS), ("task", tuple(TASKS))) if hasattr(cfg, f)}
     return _validate.check_config(cfg, positive, nonneg, choices=choices)
 
 
@@ -296,13 +296,7 @@ def make_teacher(out: str | Path = TEACHER, steps: int = 100, seed: int = 0, thr
         "command": f'python -c "from minirl.lm import pipeline; pipeline.make_teacher(steps={steps}, seed={seed})"',
         "config": dataclasses.asdict(cfg),
         "evals": result.evals,
-        "heldout": {
-            "n": final.n,
-            "greedy_accuracy": round(final.accuracy, 4),
-            "greedy_format_rate": round(final.format_rate, 4),
-            "temperature_1_accuracy": round(final.sampled_accuracy, 4),
-            "temperature_1_format_rate": round(final.sampled_format_rate, 4),
-        },  # fmt: skip
+        "heldout": heldout_record(final),
         "parameters": sum(p.numel() for p in result.model.parameters()),
         "versions": {"torch": torch.__version__, "transformers": __import__("transformers").__version__},
     }

@@ -210,9 +210,14 @@ def format_ok(text: str) -> bool:
 def extract_answer(text: str) -> str | None:
     """What stands between ``<answer>`` and ``</answer>``, or None unless each of the two appears exactly once, in
     that order. A completion that writes several answers gets none: listing guesses must not earn a reward."""
-    if text.count("<answer>") != 1 or text.count("</answer>") != 1:
+    return inside(text, "<answer>", "</answer>")
+
+
+def inside(text: str, open_tag: str, close_tag: str) -> str | None:
+    """What stands between ``open_tag`` and ``close_tag``, or None unless each appears exactly once, in that order."""
+    if text.count(open_tag) != 1 or text.count(close_tag) != 1:
         return None
-    start, end = text.index("<answer>") + len("<answer>"), text.index("</answer>")
+    start, end = text.index(open_tag) + len(open_tag), text.index(close_tag)
     return text[start:end] if start <= end else None
 
 
@@ -232,9 +237,9 @@ def token_count(completion: str) -> int:
 def digit_share(text: str) -> float:
     """The share of the numerals inside ``<think>...</think>`` written as digits rather than letter numerals (A-J);
     0.0 when the completion has no such trace or the trace holds no numeral."""
-    if text.count("<think>") != 1 or text.count("</think>") != 1 or text.index("<think>") > text.index("</think>"):
+    trace = inside(text, "<think>", "</think>")
+    if trace is None:
         return 0.0
-    trace = text[text.index("<think>") + len("<think>") : text.index("</think>")]
     digits = sum(ch.isascii() and ch.isdigit() for ch in trace)
     numerals = digits + sum(ch in LETTERS for ch in trace)
     return digits / numerals if numerals else 0.0
