@@ -18,7 +18,8 @@ class GRPOConfig:
     on 2 CPU cores (16 prompts x 8 completions, temperature 1, one iteration, lr 1e-4, beta 0)."""
 
     model: str = str(PRETRAINED)  # checkpoint folder or hub name to start from (and the frozen reference, beta > 0)
-    task: str = "addition"  # task of minirl.lm.tasks: addition (3 digits), sorting, addition-plain, addition-mixed
+    task: str = "addition"  # task of minirl.lm.tasks: addition (3 digits), sorting, addition-plain, -mixed, -chat
+    chat: bool = False  # ask each prompt as a user turn of the tokenizer's chat template (instruct models)
     steps: int = 200  # GRPO steps; each samples B = prompts_per_step * group_size completions and trains on them
     prompts_per_step: int = 16  # N questions per step, fresh training problems each step
     group_size: int = 8  # G completions per question (Shao et al. 2024 used 64); >= 2, a group of one has no baseline

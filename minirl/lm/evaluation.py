@@ -1,11 +1,16 @@
-"""Held-out accuracy and format rate of a language model on a task (``notebooks/08_tiny_lm.ipynb``)."""
+"""Held-out accuracy and format rate of a language model on a task (``notebooks/08_tiny_lm.ipynb``).
+
+Works with any tokenizer: the completion budget is counted in the tokenizer's own tokens (``tasks.token_budget``), and
+``chat=True`` puts each question in an instruct model's chat template (``tokenizer.render_prompt``).
+"""
 
 from dataclasses import dataclass
 
 import torch
 
 from minirl.lm.sampling import sample
-from minirl.lm.tasks import digit_share, format_ok, is_correct, make_problems
+from minirl.lm.tasks import digit_share, format_ok, is_correct, make_problems, token_budget
+from minirl.lm.tokenizer import render_prompt
 
 
 @dataclass
@@ -29,8 +34,9 @@ class Evaluation:
 def _score(task, problems, prompts, model, tokenizer, batch_size, **kw) -> tuple[torch.Tensor, torch.Tensor, list]:
     """Correct and well-formatted flags (1.0 or 0.0), one per prompt, and the completions, sampled in batches."""
     correct, formatted, texts = [], [], []
+    budget = token_budget(task, tokenizer)
     for i in range(0, len(prompts), batch_size):
-        texts += sample(model, tokenizer, prompts[i : i + batch_size], task.max_new_tokens, **kw).text
+        texts += sample(model, tokenizer, prompts[i : i + batch_size], budget, **kw).text
     for problem, text in zip(problems, texts):
         correct.append(is_correct(task, problem, text))
         formatted.append(format_ok(text))
@@ -46,19 +52,20 @@ def evaluate(
     k: int = 4,
     temperature: float = 1.0,
     batch_size: int = 500,
+    chat: bool = False,
 ) -> Evaluation:
     """Evaluate on the first ``n`` held-out problems drawn with ``seed`` (the same problems for the same n and seed).
 
     Greedy decoding gives ``accuracy`` and ``format_rate``; ``k`` sampled completions per problem at ``temperature``
     (seeded by ``seed``) give ``sampled_accuracy`` (pass@1), ``sampled_format_rate`` and ``pass_at_k``. ``k=0`` skips
-    the sampling.
+    the sampling. ``chat=True`` asks each question as a user turn of the tokenizer's chat template.
     """
     if not isinstance(k, int) or k < 0:
         raise ValueError(f"k must be a non-negative integer, got {k!r}")
     problems = make_problems(task, "heldout", n, seed)
     if not problems:
         raise ValueError("n must be at least 1")
-    prompts = [p.prompt for p in problems]
+    prompts = [render_prompt(tokenizer, p.prompt, chat) for p in problems]
     correct, formatted, texts = _score(task, problems, prompts, model, tokenizer, batch_size, greedy=True)
     sampled = (None, None, None)
     if k:
@@ -77,6 +84,6 @@ def evaluate(
         sampled_accuracy=sampled[0],
         sampled_format_rate=sampled[1],
         pass_at_k=sampled[2],
-        examples=list(zip(prompts, texts))[:5],
+        examples=[(p.prompt, text) for p, text in zip(problems, texts)][:5],
         digit_share=sum(map(digit_share, texts)) / n,
     )

@@ -41,7 +41,8 @@ from minirl.lm.config import GRPOConfig
 from minirl.lm.evaluation import evaluate
 from minirl.lm.model import load
 from minirl.lm.sampling import logprobs, sample
-from minirl.lm.tasks import TASKS, Problem, get_task, split_of
+from minirl.lm.tasks import TASKS, Problem, get_task, split_of, token_budget
+from minirl.lm.tokenizer import render_prompt
 from minirl.losses import LOSS_AGGS, aggregate, clip_fraction, kl, ppo_clip_loss
 from minirl.returns import GROUP_SCALES, group_advantages
 
@@ -173,7 +174,6 @@ def train(
     out, saved, resumes = runs.start_run(cfg, "grpo")
     use_threads(cfg.threads)
     task = get_task(cfg.task)
-    max_new = cfg.max_new_tokens or task.max_new_tokens
     G = cfg.group_size
     start, history, evals = 0, History(), []
     model, tokenizer = load(saved.model_path() if saved else cfg.model, device=cfg.device)
@@ -184,9 +184,10 @@ def train(
         saved.load_optimizer("policy", optimizer)
         start, history.rows, evals = saved.step, saved.state["rows"], saved.state["evals"]
     parts = reward_parts(cfg, task, reward_fn)
+    max_new = cfg.max_new_tokens or token_budget(task, tokenizer)  # in this tokenizer's tokens
 
     def evaluation(step: int) -> dict:
-        ev = evaluate(model, tokenizer, task, n=cfg.eval_n, k=0)
+        ev = evaluate(model, tokenizer, task, n=cfg.eval_n, k=0, chat=cfg.chat)
         evals.append({"step": step, "heldout_accuracy": ev.accuracy, "heldout_format": ev.format_rate,
                       "heldout_digit_share": ev.digit_share})  # fmt: skip
         return evals[-1]
@@ -200,8 +201,9 @@ def train(
         problems = draw_problems(task, cfg.prompts_per_step, cfg.seed, step)
         prompts = [p.prompt for p in problems for _ in range(G)]  # (B,) each group's G rows consecutive
         answers = [p.answer for p in problems for _ in range(G)]
+        inputs = [render_prompt(tokenizer, p, cfg.chat) for p in prompts]  # what the model reads: chat template or not
         generator = torch.Generator(device).manual_seed(cfg.seed * 1_000_003 + step)
-        smp = sample(model, tokenizer, prompts, max_new, temperature=cfg.temperature, generator=generator)
+        smp = sample(model, tokenizer, inputs, max_new, temperature=cfg.temperature, generator=generator)
         try:
             rew, values = rw.score(parts, prompts, smp.text, answers)  # (B,), {name: (B,)}; each part checked finite
         except ValueError as err:

@@ -5,7 +5,7 @@ number per completion:
 
     reward_fn(prompts: list[str], completions: list[str], answers: list[str]) -> list[float] | torch.Tensor  # (B,)
 
-Three ship here: ``accuracy_reward(task)`` (1 when the answer inside ``<answer>...</answer>`` is right, else 0),
+Three ship here: ``accuracy_reward(task)`` (1 when the answer the task reads in the completion is right, else 0),
 ``format_reward`` (1 when the completion is exactly ``<think>...</think><answer>...</answer>``, each tag once, in
 order, nothing around it) and ``consistency_reward`` (the share of the trace's numerals written in digits: R1's
 language-consistency reward, on the two notations of ``tasks.MixedAddition``). ``score`` turns named, weighted parts
@@ -16,6 +16,9 @@ into the reward the trainer uses,
 and keeps each part on its own, so that a part weighted 0 (the format reward, by default) is still logged. A user's
 function plugs in the same way as the built-in ones. Whatever a function returns is checked: one finite number per
 completion, or a ValueError that names the function.
+
+The rewards read decoded text only, so they work with any tokenizer: the course's character-level one, or the BPE
+tokenizer of a real model (``tests/test_lm_bpe.py`` checks both).
 """
 
 import math
@@ -23,22 +26,23 @@ from collections.abc import Callable, Mapping, Sequence
 
 import torch
 
-from minirl.lm.tasks import digit_share, extract_answer, format_ok
+from minirl.lm.tasks import digit_share, format_ok
 
 RewardFn = Callable[[list[str], list[str], list[str]], "Sequence[float] | torch.Tensor"]
 
 
 def accuracy_reward(task) -> RewardFn:
-    """1.0 where the completion's extracted answer is the reference answer under ``task.same_answer``, else 0.0.
+    """1.0 where the answer ``task.extract_answer`` reads in the completion is the reference answer under
+    ``task.same_answer``, else 0.0.
 
-    The format is not required: ``junk<answer>932</answer>`` scores 1 on ``347+585=``. Several answers score 0
-    (``tasks.extract_answer``), so listing guesses earns nothing.
+    The format is not required: ``junk<answer>932</answer>`` scores 1 on ``347+585=``. For the R1 tasks several
+    answers score 0 (``tasks.extract_answer``), so listing guesses earns nothing.
     """
 
     def accuracy(prompts: list[str], completions: list[str], answers: list[str]) -> list[float]:
         scores = []
         for text, answer in zip(completions, answers):
-            given = extract_answer(text)
+            given = task.extract_answer(text)
             scores.append(float(given is not None and task.same_answer(given, answer)))
         return scores
 

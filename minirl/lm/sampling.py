@@ -97,7 +97,8 @@ def check_prompts(model, tokenizer, prompts: list[str], ids: torch.Tensor, mask:
                 raise ValueError(
                     f"prompt {row} ({prompt[:40]!r}) holds {pieces or 'text'} that the tokenizer's vocabulary lacks: "
                     f"it would become {tokenizer.unk_token!r} and the model would never see it. Remove or replace "
-                    "those characters (the course's tokenizer knows printable ASCII and the newline)"
+                    "them with text the tokenizer knows (the course's character tokenizer knows printable ASCII and "
+                    "the newline)"
                 )
     context = getattr(model.config, "max_position_embeddings", None)
     longest = int(mask.sum(dim=1).max())

@@ -5,10 +5,15 @@ inside ``<answer>...</answer>``, the template DeepSeek-R1 was trained to follow:
 
     347+585=<think>7+5=12 c1 4+8+1=13 c1 3+5+1=9 c0</think><answer>932</answer>
 
-A task is any object with ``name``, ``max_new_tokens``, ``draw(rng) -> Problem`` and
-``same_answer(given, expected) -> bool``; two families ship here, :class:`Addition` and :class:`Sorting`, with two
-variants of the sums: :class:`PlainAddition`, written without the tags (a model that never saw them, for notebook 11),
-and :class:`MixedAddition`, whose traces mix two notations for the numbers (language mixing, for notebook 12).
+A task is any object with ``name``, ``longest`` (its longest target completion), ``max_new_tokens``,
+``draw(rng) -> Problem``, ``extract_answer(text) -> str | None`` and ``same_answer(given, expected) -> bool``; two
+families ship here, :class:`Addition` and :class:`Sorting`, with two variants of the sums: :class:`PlainAddition`,
+written without the tags (a model that never saw them, for notebook 11), and :class:`MixedAddition`, whose traces mix
+two notations for the numbers (language mixing, for notebook 12). :class:`ChatAddition` asks a question in words, for
+a real instruct model reading it through its chat template (``tokenizer.render_prompt``).
+
+Everything here is text, so it works with any tokenizer. ``max_new_tokens`` counts the course's character tokens;
+``token_budget(task, tokenizer)`` counts the same room in the tokens of any other tokenizer.
 
 Train and held-out splits are fixed by a hash of the prompt, not by the seed: a problem is held out for every seed
 or for none, so no train set ever shares a problem with any held-out set. Extraction and checking take any string
@@ -24,6 +29,7 @@ from minirl._validate import one_of
 
 SPLITS = ("train", "heldout")
 HELDOUT_PERCENT = 10  # share of all possible prompts reserved for evaluation
+SLACK = 8  # new tokens allowed beyond the longest target and its eos: room for a trace a little longer
 
 
 @dataclass(frozen=True)
@@ -52,8 +58,8 @@ class Addition:
             raise ValueError(f"digits must be an integer in [1, 9], got {digits!r}")
         self.digits = digits
         self.name = f"addition{digits}"
-        worst = self.solve(10**digits - 1, 10**digits - 1)
-        self.max_new_tokens = token_count(worst.completion) + 8  # room for a trace a little longer than the target
+        self.longest = self.solve(10**digits - 1, 10**digits - 1).completion
+        self.max_new_tokens = token_count(self.longest) + SLACK
 
     def draw(self, rng: random.Random) -> Problem:
         low, high = 10 ** (self.digits - 1), 10**self.digits - 1
@@ -70,6 +76,11 @@ class Addition:
         return Problem(f"{a}+{b}=", self.write(" ".join(steps), answer), answer)
 
     write = staticmethod(template)  # how a trace and an answer become the completion: the R1 template
+
+    @staticmethod
+    def extract_answer(text: str) -> str | None:
+        """The answer inside ``<answer>...</answer>`` (``tasks.extract_answer``)."""
+        return extract_answer(text)
 
     @staticmethod
     def same_answer(given: str, expected: str) -> bool:
@@ -89,7 +100,8 @@ class Sorting:
             raise ValueError(f"length must be an integer in [2, 8], got {length!r}")
         self.length = length
         self.name = f"sorting{length}"
-        self.max_new_tokens = token_count(self.solve([99] * length).completion) + 8
+        self.longest = self.solve([99] * length).completion
+        self.max_new_tokens = token_count(self.longest) + SLACK
 
     def draw(self, rng: random.Random) -> Problem:
         return self.solve([rng.randint(0, 99) for _ in range(self.length)])
@@ -102,6 +114,8 @@ class Sorting:
             rest.remove(smallest)
         answer = " ".join(map(str, sorted(nums)))
         return Problem(f"sort {' '.join(map(str, nums))}=", template("; ".join(steps), answer), answer)
+
+    extract_answer = staticmethod(Addition.extract_answer)
 
     @staticmethod
     def same_answer(given: str, expected: str) -> bool:
@@ -167,7 +181,41 @@ def letters(text: str) -> str:
     return text.translate(TO_LETTERS)
 
 
-TASKS = {"addition": Addition, "sorting": Sorting, "addition-plain": PlainAddition, "addition-mixed": MixedAddition}
+class ChatAddition:
+    """A sum of two numbers from 0 to ``high``, asked in words, answered with the number alone:
+    ``What is 7+12? Answer with the number only.`` -> ``19``.
+
+    Meant for a real instruct model reading the question through its chat template (``tokenizer.render_prompt``);
+    SmolLM2-135M-Instruct answers about 40% of them right when greedy. It often writes a sentence around the number,
+    so the answer is the last integer in the completion.
+    """
+
+    def __init__(self, high: int = 20):
+        if not isinstance(high, int) or not 1 <= high <= 999:
+            raise ValueError(f"high must be an integer in [1, 999], got {high!r}")
+        self.high = high
+        self.name = f"addition-chat{high}"
+        self.longest = str(2 * high)
+        self.max_new_tokens = token_count(self.longest) + SLACK
+
+    def draw(self, rng: random.Random) -> Problem:
+        return self.solve(rng.randint(0, self.high), rng.randint(0, self.high))
+
+    @staticmethod
+    def solve(a: int, b: int) -> Problem:
+        return Problem(f"What is {a}+{b}? Answer with the number only.", str(a + b), str(a + b))
+
+    @staticmethod
+    def extract_answer(text: str) -> str | None:
+        """The last run of digits in ``text`` (``"3 + 5 = 8."`` -> ``"8"``), or None when there is none."""
+        numbers = re.findall(r"[0-9]+", text)
+        return numbers[-1] if numbers else None
+
+    same_answer = staticmethod(Addition.same_answer)
+
+
+TASKS = {"addition": Addition, "sorting": Sorting, "addition-plain": PlainAddition, "addition-mixed": MixedAddition,
+         "addition-chat": ChatAddition}  # fmt: skip
 
 
 def get_task(name: str):
@@ -222,8 +270,9 @@ def inside(text: str, open_tag: str, close_tag: str) -> str | None:
 
 
 def is_correct(task, problem: Problem, text: str) -> bool:
-    """True when the answer extracted from the completion ``text`` is the problem's answer (format not required)."""
-    given = extract_answer(text)
+    """True when the answer ``task.extract_answer`` reads in the completion ``text`` is the problem's answer (format
+    not required)."""
+    given = task.extract_answer(text)
     return given is not None and task.same_answer(given, problem.answer)
 
 
@@ -232,6 +281,12 @@ def token_count(completion: str) -> int:
     for tag in _TAGS:
         completion = completion.replace(tag, "#")
     return len(completion) + 1
+
+
+def token_budget(task, tokenizer) -> int:
+    """New tokens to allow for ``task`` under ``tokenizer``: its longest target in that tokenizer's tokens, the eos,
+    and ``SLACK``. Under the course's character tokenizer it is ``task.max_new_tokens``."""
+    return len(tokenizer(task.longest, add_special_tokens=False)["input_ids"]) + 1 + SLACK
 
 
 def digit_share(text: str) -> float:

@@ -8,6 +8,9 @@ stands for any other character.
 The object is built with the ``tokenizers`` library and wrapped as a transformers fast tokenizer, so
 ``save_pretrained`` and ``AutoTokenizer.from_pretrained`` round-trip it, and the sampling and training code treats it
 exactly as it would treat the tokenizer of a real model.
+
+``render_prompt`` turns a task's prompt into the text a model reads: the prompt itself, or for an instruct model one
+user turn of its tokenizer's chat template, opening the assistant's answer.
 """
 
 import string
@@ -36,3 +39,22 @@ def build_tokenizer() -> PreTrainedTokenizerFast:
     return PreTrainedTokenizerFast(
         tokenizer_object=tok, bos_token=BOS, eos_token=EOS, pad_token=PAD, unk_token=UNK, padding_side="left"
     )
+
+
+def render_prompt(tokenizer, prompt: str, chat: bool = False) -> str:
+    """The text the model reads for ``prompt``: ``prompt`` itself, or with ``chat`` the tokenizer's chat template
+    applied to one user message ``prompt``, ending where the assistant's reply begins (``add_generation_prompt``)."""
+    if not chat:
+        return prompt
+    if not getattr(tokenizer, "chat_template", None):
+        raise ValueError(
+            "chat=True needs a tokenizer with a chat template (tokenizer.chat_template is empty); the course's "
+            "character tokenizer has none. Use chat=False, or load an instruct model's tokenizer"
+        )
+    turn = [{"role": "user", "content": prompt}]
+    text = tokenizer.apply_chat_template(turn, add_generation_prompt=True, tokenize=False)
+    # A template that writes the bos token itself, read by a tokenizer that also adds one on encoding, would give two.
+    bos = tokenizer.bos_token
+    if bos and text.startswith(bos) and tokenizer("")["input_ids"][:1] == [tokenizer.bos_token_id]:
+        text = text[len(bos) :]
+    return text
