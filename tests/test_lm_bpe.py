@@ -33,7 +33,8 @@ def build_bpe(vocab_size: int = 400) -> PreTrainedTokenizerFast:
     tok = Tokenizer(models.BPE(unk_token=UNK))
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     tok.decoder = decoders.ByteLevel()
-    trainer = trainers.BpeTrainer(vocab_size=vocab_size, special_tokens=[PAD, BOS, EOS, UNK, START], show_progress=False)
+    special = [PAD, BOS, EOS, UNK, START]
+    trainer = trainers.BpeTrainer(vocab_size=vocab_size, special_tokens=special, show_progress=False)
     tok.train_from_iterator(text, trainer)
     tok.post_processor = processors.TemplateProcessing(single=f"{BOS} $A", special_tokens=[(BOS, tok.token_to_id(BOS))])
     return PreTrainedTokenizerFast(tokenizer_object=tok, bos_token=BOS, eos_token=EOS, pad_token=PAD, unk_token=UNK,
