@@ -17,6 +17,11 @@ A group whose rewards are all equal has A_i = 0 on every row, and with beta = 0 
 loss or its gradient; the trainer leaves them out of the forward and backward passes and keeps the denominators of
 the whole batch (``denominator_share``), so the update is the same and a step gets cheaper as more groups agree.
 
+Under ``torchrun`` (``minirl.lm.distributed``) each of W processes takes N / W prompts with their whole groups and
+samples its own completions; the rewards are gathered, so group statistics and the log are those of all W * N groups,
+and each process scales its loss by W times its part of the global denominator, so that DDP's average of the W
+gradients is the gradient of the loss over every process's rows.
+
 Shapes
     N   prompts per step (``prompts_per_step``)
     G   completions per prompt (``group_size``); B = N * G rows, each group's G rows consecutive
@@ -35,8 +40,8 @@ from tqdm.auto import tqdm
 from minirl import _validate
 from minirl.course import use_threads
 from minirl.history import History
+from minirl.lm import distributed, runs
 from minirl.lm import rewards as rw
-from minirl.lm import runs
 from minirl.lm.config import GRPOConfig
 from minirl.lm.evaluation import evaluate
 from minirl.lm.model import load
@@ -167,18 +172,23 @@ def train(
     ``reward_fn(prompts, completions, answers) -> (B,)`` adds a reward of your own with weight 1 (logged as
     "reward_user"). ``on_batch(step, prompts, completions, rewards)`` sees every scored batch (``rewards`` maps
     "reward", the total, and each part's name to a (B,) tensor), for looking at the traces as they change.
-    With ``cfg.out`` and ``cfg.resume``, training continues from the checkpoint there.
+    With ``cfg.out`` and ``cfg.resume``, training continues from the checkpoint there. Under ``torchrun``,
+    ``reward_fn`` and ``on_batch`` see the rows of their own process.
     """
     check_config(cfg)
+    world = distributed.init()
+    mine = distributed.shard(cfg.prompts_per_step, "prompts_per_step")  # this process's prompts, groups kept whole
     # claim the output folder and read its checkpoint before any work: a refusal costs nothing
-    out, saved, resumes = runs.start_run(cfg, "grpo")
+    with distributed.main_first():  # rank 0 first: it may repair a checkpoint that a crash left half-written
+        out, saved, resumes = runs.start_run(cfg, "grpo")
     use_threads(cfg.threads)
     task = get_task(cfg.task)
     G = cfg.group_size
     start, history, evals = 0, History(), []
-    model, tokenizer = load(saved.model_path() if saved else cfg.model, device=cfg.device)
+    model, tokenizer = load(saved.model_path() if saved else cfg.model, device=distributed.device(cfg.device))
     device = next(model.parameters()).device
-    ref_model = load(cfg.model, device=cfg.device)[0].requires_grad_(False) if cfg.beta > 0 else None  # frozen pi_ref
+    ref_model = load(cfg.model, device=device)[0].requires_grad_(False) if cfg.beta > 0 else None  # frozen pi_ref
+    ddp_model = distributed.wrap(model)  # the training forward only: DDP averages the gradients over processes
     optimizer = torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
     if saved is not None:
         saved.load_optimizer("policy", optimizer)
@@ -186,7 +196,7 @@ def train(
     parts = reward_parts(cfg, task, reward_fn)
     max_new = cfg.max_new_tokens or token_budget(task, tokenizer)  # in this tokenizer's tokens
 
-    def evaluation(step: int) -> dict:
+    def evaluation(step: int) -> dict:  # every process scores the same problems: the others would wait anyway
         ev = evaluate(model, tokenizer, task, n=cfg.eval_n, k=0, chat=cfg.chat)
         evals.append({"step": step, "heldout_accuracy": ev.accuracy, "heldout_format": ev.format_rate,
                       "heldout_digit_share": ev.digit_share})  # fmt: skip
@@ -194,15 +204,17 @@ def train(
 
     if cfg.eval_every and not evals:
         evaluation(0)
-    bar = tqdm(range(start, cfg.steps), desc="grpo", disable=not progress, initial=start, total=cfg.steps)
+    show = progress and distributed.is_main()
+    bar = tqdm(range(start, cfg.steps), desc="grpo", disable=not show, initial=start, total=cfg.steps)
     for step in bar:
         # --- rollout: G completions per prompt from the old policy, at temperature T ---
         t0 = time.perf_counter()
-        problems = draw_problems(task, cfg.prompts_per_step, cfg.seed, step)
+        problems = draw_problems(task, cfg.prompts_per_step, cfg.seed, step)[mine]  # the same N everywhere; a share
         prompts = [p.prompt for p in problems for _ in range(G)]  # (B,) each group's G rows consecutive
         answers = [p.answer for p in problems for _ in range(G)]
         inputs = [render_prompt(tokenizer, p, cfg.chat) for p in prompts]  # what the model reads: chat template or not
-        generator = torch.Generator(device).manual_seed(cfg.seed * 1_000_003 + step)
+        seed = cfg.seed * 1_000_003 + step + 1_000_000_007 * distributed.rank()  # each process its own completions
+        generator = torch.Generator(device).manual_seed(seed)
         smp = sample(model, tokenizer, inputs, max_new, temperature=cfg.temperature, generator=generator)
         try:
             rew, values = rw.score(parts, prompts, smp.text, answers)  # (B,), {name: (B,)}; each part checked finite
@@ -213,9 +225,13 @@ def train(
             on_batch(step + 1, prompts, smp.text, {"reward": rew, **values})
 
         # --- advantages: compare each completion with its group ---
-        adv = group_advantages(rew, G, cfg.scale).to(device)  # (B,)
-        grouped = rew.view(-1, G)  # (N, G)
-        zero_var = (grouped == grouped[:, :1]).all(dim=1)  # (N,) all G rewards equal: A_i = 0 for the group
+        all_rew = distributed.gather(rew)  # (W * B,) every process's rewards, in rank order
+        all_values = {name: distributed.gather(v) for name, v in values.items()}  # {name: (W * B,)}, for the log
+        mine_rows = slice(mine.start * G, mine.stop * G)  # this process's rows of the gathered batch
+        adv = group_advantages(all_rew, G, cfg.scale)[mine_rows].to(device)  # (B,); "batch" scale: std of all
+        grouped = all_rew.view(-1, G)  # (W * N, G)
+        all_zero_var = (grouped == grouped[:, :1]).all(dim=1)  # (W * N,) all G rewards equal: A_i = 0 for the group
+        zero_var = all_zero_var[mine]  # (N,)
         keep = torch.ones(len(prompts), dtype=torch.bool)  # (B,) rows that enter the loss
         if cfg.drop_zero_variance:
             keep &= ~zero_var.repeat_interleave(G)
@@ -229,21 +245,32 @@ def train(
         if cfg.beta == 0 and len(rows):
             has_signal = adv[rows] != 0  # (B',)
             live, share = rows[has_signal], denominator_share(smp.completion_mask[rows], has_signal, cfg.loss_agg)
+        # Across processes: DDP averages the W gradients, so each process scales its loss by W times its part of the
+        # global denominator (its kept rows, or their tokens for "token-mean"): the average is then the gradient of
+        # the loss over the rows of all processes. With one process the factor is exactly 1.
+        here = float(smp.completion_mask[rows].sum()) if cfg.loss_agg == "token-mean" else float(len(rows))
+        counts = torch.tensor([len(rows), len(live), here], dtype=torch.float64)
+        n_rows, n_live, total = distributed.all_sum(counts).tolist()  # over all processes
+        share *= world * here / total if here else 0.0
+        idle = n_live > 0 and not len(live)  # others train, this one has no row with signal
+        if idle:  # DDP needs a backward pass from every process: one row, at weight 0, adds a zero gradient
+            live, share = torch.zeros(1, dtype=torch.long, device=device), 0.0
         P = smp.prompt_ids.shape[1]
         b_ids, b_mask = smp.ids[live], smp.mask[live]  # (B'', L)
         b_cmask, b_old_logp, b_adv = smp.completion_mask[live], smp.logp[live], adv[live]  # (B'', C), (B'', C), (B'',)
         b_ref_logp = None
         if ref_model is not None and len(live):
-            with torch.no_grad():
+            with torch.no_grad(), distributed.autocast(device):
                 b_ref_logp = logprobs(ref_model, b_ids, b_mask, cfg.temperature)[:, P:]  # (B'', C)
 
         # --- update: mu gradient steps on the batch, reusing the old log-probs ---
-        stats = {"loss": [], "clip_frac": [], "kl_ref": [], "kl_old": []}
+        sums = []  # per iteration: the loss / W, then clip, kl_old and kl_ref summed over this process's tokens, tokens
         model.train()
-        for _ in range(cfg.iterations if len(rows) else 0):  # nothing kept: no update this step
+        for _ in range(cfg.iterations if n_rows else 0):  # nothing kept by any process: no update this step
             optimizer.zero_grad(set_to_none=True)
             if len(live):
-                logp = logprobs(model, b_ids, b_mask, cfg.temperature)[:, P:]  # (B'', C)
+                with distributed.autocast(device):  # bf16 on a GPU: ratios start at 1 only up to its rounding
+                    logp = logprobs(ddp_model, b_ids, b_mask, cfg.temperature)[:, P:]  # (B'', C)
                 _validate.check_finite(step + 1, CAUSES, **{"the policy's log-probs": logp})
                 loss = share * grpo_loss(
                     logp,
@@ -259,7 +286,7 @@ def train(
                 )
                 _validate.check_finite(step + 1, CAUSES, loss=loss)
                 loss.backward()
-            else:  # every advantage is 0: a zero gradient, on which AdamW still applies its momentum
+            else:  # every advantage of every process is 0: a zero gradient, on which AdamW still applies its momentum
                 for p in model.parameters():
                     p.grad = torch.zeros_like(p)
             grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.max_grad_norm)  # before clipping
@@ -267,35 +294,41 @@ def train(
             optimizer.step()
             _validate.check_finite_parameters(model, step + 1, CAUSES)  # so no checkpoint ever holds NaN or inf
             if not len(live):
-                stats["loss"].append(0.0)
                 continue
-            with torch.no_grad():
-                stats["loss"].append(loss.item())
+            with torch.no_grad():  # summed here and over processes at the log: no device sync per iteration
+                m = b_cmask.to(logp.dtype) * (not idle)  # (B'', C); the weight-0 row of an idle process counts 0
                 frac = clip_fraction(logp, b_old_logp, cfg.clip_low, cfg.clip_high)  # (B'', C)
-                stats["clip_frac"].append(aggregate(frac, b_cmask, "token-mean").item())
-                stats["kl_old"].append(aggregate(kl(b_old_logp, logp, "k3"), b_cmask, "token-mean").item())
-                if b_ref_logp is not None:
-                    stats["kl_ref"].append(aggregate(kl(logp, b_ref_logp, "k3"), b_cmask, "token-mean").item())
+                ref_kl = kl(logp, b_ref_logp, "k3") if b_ref_logp is not None else torch.zeros_like(logp)  # (B'', C)
+                old_kl = kl(b_old_logp, logp, "k3")  # (B'', C)
+                sums.append(torch.stack([loss.detach() / world, *((x * m).sum() for x in (frac, old_kl, ref_kl)),
+                                         m.sum()]))  # fmt: skip
         model.eval()
         t2 = time.perf_counter()
 
-        # --- log ---
+        # --- log: over the rows of every process ---
+        stats = {"loss": [0.0] * cfg.iterations if n_rows else [], "clip_frac": [], "kl_old": [], "kl_ref": []}
+        if sums:
+            tot = distributed.all_sum(torch.stack(sums)).cpu()  # (iterations, 5)
+            stats = {"loss": tot[:, 0].tolist(), "clip_frac": (tot[:, 1] / tot[:, 4]).tolist(),
+                     "kl_old": (tot[:, 2] / tot[:, 4]).tolist(),
+                     "kl_ref": (tot[:, 3] / tot[:, 4]).tolist() if ref_model is not None else []}  # fmt: skip
         cmask = smp.completion_mask
-        lengths, right = cmask.sum(1).float().cpu(), values["accuracy"] > 0  # (B,), (B,)
+        lengths, right = distributed.gather(cmask.sum(1).float().cpu()), all_values["accuracy"] > 0  # (W * B,) each
         row = {
             "step": step + 1,
-            "reward": rew.mean().item(),
-            **{f"reward_{name}": v.mean().item() for name, v in values.items()},
-            "accuracy": values["accuracy"].mean().item(),
-            "format_rate": values["format"].mean().item(),
+            "reward": all_rew.mean().item(),
+            **{f"reward_{name}": v.mean().item() for name, v in all_values.items()},
+            "accuracy": all_values["accuracy"].mean().item(),
+            "format_rate": all_values["format"].mean().item(),
             "length": lengths.mean().item(),  # completion tokens, eos included
             "length_correct": lengths[right].mean().item() if right.any() else math.nan,
             "length_wrong": lengths[~right].mean().item() if not right.all() else math.nan,
-            "truncated": smp.truncated.float().mean().item(),
-            "entropy": -(smp.logp.sum() / cmask.sum()).item(),  # sample estimate of the per-token entropy at T
-            "zero_var_groups": zero_var.float().mean().item(),
-            "rows_trained": float(len(rows)),  # rows in the loss
-            "rows_computed": float(len(live)),  # rows through the forward and backward passes
+            "truncated": distributed.gather(smp.truncated.float()).mean().item(),
+            # sample estimate of the per-token entropy at T
+            "entropy": -(distributed.all_sum(smp.logp.sum()) / distributed.all_sum(cmask.sum())).item(),
+            "zero_var_groups": all_zero_var.float().mean().item(),
+            "rows_trained": n_rows,  # rows in the loss
+            "rows_computed": n_live,  # rows through the forward and backward passes
             "sample_s": t1 - t0,
             "train_s": t2 - t1,
             **{k: sum(v) / len(v) if v else math.nan for k, v in stats.items()},
@@ -304,7 +337,8 @@ def train(
             row.update({k: v for k, v in evaluation(step + 1).items() if k != "step"})
         history.log(**row)
         bar.set_postfix({"acc": f"{row['accuracy']:.2f}", "len": f"{row['length']:.0f}"}, refresh=False)
-        if out is not None and ((cfg.save_every and (step + 1) % cfg.save_every == 0) or step + 1 == cfg.steps):
+        saving = (cfg.save_every and (step + 1) % cfg.save_every == 0) or step + 1 == cfg.steps
+        if out is not None and saving and distributed.is_main():  # one writer: every process holds the same state
             state = {"step": step + 1, "rows": history.rows, "evals": evals, "resumes": resumes}
             runs.save_run(out, {"model": model}, tokenizer, {"policy": optimizer}, state, cfg, "grpo")
     bar.close()

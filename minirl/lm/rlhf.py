@@ -25,13 +25,17 @@ treats a time limit on CartPole. Advantages come from that same function over to
 transpose), are whitened over the batch, and PPO runs ``epochs`` passes of ``minibatches`` with the clipped loss
 ``minirl.losses.ppo_clip_loss`` for the policy and ``minirl.losses.value_loss`` (optionally clipped) for the critic.
 
+Under ``torchrun`` (``minirl.lm.distributed``) each of W processes samples and scores B / W prompts. Whitening and
+the log use the statistics of all B completions; every process shuffles the same global order into the same
+minibatches, trains on its own rows of each, and divides by the minibatch's token count over all processes (times
+W, since DDP averages the W gradients): each update is the one a single process would make on the whole minibatch.
+
 Shapes
     B   completions per step (``prompts_per_step``, one completion per prompt)
     P   prompt tokens (left-padded), C completion tokens (at most ``max_new_tokens``), L = P + C
 """
 
 import copy
-import math
 import random
 import time
 from dataclasses import dataclass, field
@@ -42,8 +46,8 @@ from tqdm.auto import tqdm
 from minirl import _validate
 from minirl.course import use_threads
 from minirl.history import History
+from minirl.lm import distributed, runs
 from minirl.lm import rewards as rw
-from minirl.lm import runs
 from minirl.lm.config import RLHFConfig
 from minirl.lm.evaluation import evaluate
 from minirl.lm.grpo import draw_problems
@@ -147,10 +151,10 @@ def token_gae(
 
 
 def whiten(x: torch.Tensor, mask: torch.Tensor, eps: float = 1e-8) -> torch.Tensor:
-    """(x - mean) / std over the entries where ``mask`` is True; 0 elsewhere."""
+    """(x - mean) / std over the entries where ``mask`` is True, on every process together; 0 elsewhere."""
     mask = mask.bool()
-    mean = x[mask].mean()
-    std = x[mask].std() if mask.sum() > 1 else torch.ones_like(mean)
+    mean, var = distributed.moments(x[mask])
+    std = var.sqrt() if distributed.all_sum(mask.sum()) > 1 else torch.ones_like(mean)  # one entry: no spread
     return torch.where(mask, (x - mean) / (std + eps), torch.zeros_like(x))
 
 
@@ -172,17 +176,20 @@ def train(cfg: RLHFConfig, progress: bool = False, reward_fn: rw.RewardFn | None
 
     Returns ``.model``, ``.tokenizer``, ``.value_model``, ``.history`` and ``.evals`` (greedy held-out accuracy,
     checked by the task's verifier, which the training never sees). With ``cfg.out`` and ``cfg.resume``, training
-    continues from the checkpoint there.
+    continues from the checkpoint there. Under ``torchrun``, ``reward_fn`` sees the rows of its own process.
     """
     check_config(cfg)
-    out, saved, resumes = runs.start_run(cfg, "rlhf")
+    world = distributed.init()
+    mine = distributed.shard(cfg.prompts_per_step, "prompts_per_step")  # this process's prompts
+    with distributed.main_first():  # rank 0 first: it may repair a checkpoint that a crash left half-written
+        out, saved, resumes = runs.start_run(cfg, "rlhf")
     use_threads(cfg.threads)
     task = get_task(cfg.task)
     max_new = cfg.max_new_tokens or task.max_new_tokens
     verifier = rw.accuracy_reward(task)  # logged only: PPO learns from the reward model
 
     # --- the four models ---
-    policy, tokenizer = load(saved.model_path() if saved else cfg.model, device=cfg.device)
+    policy, tokenizer = load(saved.model_path() if saved else cfg.model, device=distributed.device(cfg.device))
     device = next(policy.parameters()).device
     ref_model = load(cfg.model, device=device)[0].requires_grad_(False)  # frozen pi_ref
     reward_model, rm_tokenizer = load_scalar_lm(cfg.reward_model, device=device)
@@ -197,30 +204,33 @@ def train(cfg: RLHFConfig, progress: bool = False, reward_fn: rw.RewardFn | None
         saved.load_optimizer("policy", optimizer)
         saved.load_optimizer("value", value_optimizer)
         start, history.rows, evals = saved.step, saved.state["rows"], saved.state["evals"]
+    ddp_policy, ddp_value = distributed.wrap(policy), distributed.wrap(value_model)  # training forwards only
 
-    def evaluation(step: int) -> dict:
+    def evaluation(step: int) -> dict:  # every process scores the same problems: the others would wait anyway
         ev = evaluate(policy, tokenizer, task, n=cfg.eval_n, k=0)
         evals.append({"step": step, "heldout_accuracy": ev.accuracy, "heldout_format": ev.format_rate})
         return evals[-1]
 
     if cfg.eval_every and not evals:
         evaluation(0)
-    bar = tqdm(range(start, cfg.steps), desc="rlhf", disable=not progress, initial=start, total=cfg.steps)
+    show = progress and distributed.is_main()
+    bar = tqdm(range(start, cfg.steps), desc="rlhf", disable=not show, initial=start, total=cfg.steps)
     for step in bar:
         # --- rollout: one completion per prompt from the old policy; the frozen models score it ---
         t0 = time.perf_counter()
-        problems = draw_problems(task, cfg.prompts_per_step, cfg.seed, step)
+        problems = draw_problems(task, cfg.prompts_per_step, cfg.seed, step)[mine]  # the same B everywhere; a share
         prompts, answers = [p.prompt for p in problems], [p.answer for p in problems]
-        generator = torch.Generator(device).manual_seed(cfg.seed * 1_000_003 + step)
+        seed = cfg.seed * 1_000_003 + step + 1_000_000_007 * distributed.rank()  # each process its own completions
+        generator = torch.Generator(device).manual_seed(seed)
         smp = sample(policy, tokenizer, prompts, max_new, temperature=cfg.temperature, generator=generator)
         ids, mask, cmask, old_logp = smp.ids, smp.mask, smp.completion_mask, smp.logp  # (B, L), (B, L), (B, C), (B, C)
         ended = ~smp.truncated  # (B,) finished with eos
         P = smp.prompt_ids.shape[1]
         C = cmask.shape[1]
-        with torch.no_grad():
+        with torch.no_grad(), distributed.autocast(device):
             ref_logp = logprobs(ref_model, ids, mask, cfg.temperature)[:, P:]  # (B, C)
-            score = reward_model.score(ids, mask)  # (B,) at each row's last real token
-            v_all = value_model(ids, mask)  # (B, L), V of the state after each token
+            score = reward_model.score(ids, mask).float()  # (B,) at each row's last real token; fp32 under bf16
+            v_all = value_model(ids, mask).float()  # (B, L), V of the state after each token
         if reward_fn is not None:
             score = rw.check_rewards("reward_fn", reward_fn(prompts, smp.text, answers), len(prompts)).to(device)
         _validate.check_finite(step + 1, CAUSES, reward_model_score=score, value=v_all)
@@ -236,22 +246,31 @@ def train(cfg: RLHFConfig, progress: bool = False, reward_fn: rw.RewardFn | None
             adv = whiten(adv, cmask)  # (B, C)
 
         # --- update: epochs x minibatches of PPO-clip for the policy, value regression for the critic ---
-        stats = {"policy_loss": [], "value_loss": [], "clip_frac": [], "kl_old": []}
+        sums = []  # per minibatch: both losses / W, then clip and kl_old summed over this process's tokens, tokens
         order_rng = random.Random(f"rlhf/{cfg.seed}/{step}")
+        all_lengths = distributed.gather(cmask.sum(1).cpu())  # (W * B,) completion tokens of every process's rows
         policy.train()
         value_model.train()
         for _ in range(cfg.epochs):
-            order = list(range(len(prompts)))
+            order = list(range(cfg.prompts_per_step))  # one global order, the same on every process
             order_rng.shuffle(order)
-            for mb in torch.tensor(order).chunk(cfg.minibatches):
-                mb = mb.to(device)
-                mb_ids, mb_mask, mb_cmask = ids[mb], mask[mb], cmask[mb]  # (b, L), (b, L), (b, C)
-                logp = logprobs(policy, mb_ids, mb_mask, cfg.temperature)[:, P:]  # (b, C)
-                pg = ppo_clip_loss(logp, old_logp[mb], adv[mb], cfg.clip_low, cfg.clip_high)  # (b, C) Eq. 7
-                policy_loss = aggregate(pg, mb_cmask, "token-mean")
-                val = value_model(mb_ids, mb_mask)[:, P - 1 : P - 1 + C]  # (b, C)
-                vl = value_loss(val, ret[mb], old_val[mb], cfg.value_clip)  # (b, C)
-                v_loss = aggregate(vl, mb_cmask, "token-mean")
+            for g_mb in torch.tensor(order).chunk(cfg.minibatches):  # (b,) rows of all processes
+                ours = g_mb[(g_mb >= mine.start) & (g_mb < mine.stop)]  # those of this process, in the same order
+                # DDP averages the W gradients: W times this process's share of the minibatch's tokens makes the
+                # average the gradient of the token mean over the whole minibatch (exactly 1 with one process)
+                here = int(all_lengths[ours].sum())
+                weight = world * here / int(all_lengths[g_mb].sum())
+                mb = (ours - mine.start).to(device)  # (b',) local rows
+                if not len(mb):  # DDP needs a backward pass from every process: one row, at weight 0
+                    mb = torch.zeros(1, dtype=torch.long, device=device)
+                mb_ids, mb_mask, mb_cmask = ids[mb], mask[mb], cmask[mb]  # (b', L), (b', L), (b', C)
+                with distributed.autocast(device):
+                    logp = logprobs(ddp_policy, mb_ids, mb_mask, cfg.temperature)[:, P:]  # (b', C)
+                    val = ddp_value(mb_ids, mb_mask)[:, P - 1 : P - 1 + C].float()  # (b', C)
+                pg = ppo_clip_loss(logp, old_logp[mb], adv[mb], cfg.clip_low, cfg.clip_high)  # (b', C) Eq. 7
+                policy_loss = weight * aggregate(pg, mb_cmask, "token-mean")
+                vl = value_loss(val, ret[mb], old_val[mb], cfg.value_clip)  # (b', C)
+                v_loss = weight * aggregate(vl, mb_cmask, "token-mean")
                 _validate.check_finite(step + 1, CAUSES, policy_loss=policy_loss, value_loss=v_loss)
                 optimizer.zero_grad(set_to_none=True)
                 value_optimizer.zero_grad(set_to_none=True)
@@ -261,39 +280,46 @@ def train(cfg: RLHFConfig, progress: bool = False, reward_fn: rw.RewardFn | None
                     _validate.check_finite(step + 1, CAUSES, **{f"{name}_gradient_norm": norm})
                     opt.step()
                     _validate.check_finite_parameters(model, step + 1, CAUSES)
-                with torch.no_grad():
-                    stats["policy_loss"].append(policy_loss.item())
-                    stats["value_loss"].append(v_loss.item())
-                    frac = clip_fraction(logp, old_logp[mb], cfg.clip_low, cfg.clip_high)  # (b, C)
-                    stats["clip_frac"].append(aggregate(frac, mb_cmask, "token-mean").item())
-                    stats["kl_old"].append(aggregate(kl(old_logp[mb], logp, "k3"), mb_cmask, "token-mean").item())
+                with torch.no_grad():  # summed here and over processes at the log: no device sync per minibatch
+                    m = mb_cmask.to(logp.dtype) * (here > 0)  # (b', C); the weight-0 row of an idle process counts 0
+                    frac = clip_fraction(logp, old_logp[mb], cfg.clip_low, cfg.clip_high)  # (b', C)
+                    old_kl = kl(old_logp[mb], logp, "k3")  # (b', C)
+                    sums.append(torch.stack([policy_loss.detach() / world, v_loss.detach() / world,
+                                             (frac * m).sum(), (old_kl * m).sum(), m.sum()]))  # fmt: skip
         policy.eval()
         value_model.eval()
         t2 = time.perf_counter()
 
-        # --- log ---
-        lengths = cmask.sum(1).float()  # (B,)
-        seq_kl = (kl(old_logp, ref_logp, "k1") * cmask).sum(1)  # (B,) log pi(o|q) - log pi_ref(o|q)
-        resid = (ret - old_val)[cmask]
+        # --- log: over the rows of every process ---
+        tot = distributed.all_sum(torch.stack(sums)).cpu()  # (epochs * minibatches, 5)
+        stats = {"policy_loss": tot[:, 0], "value_loss": tot[:, 1], "clip_frac": tot[:, 2] / tot[:, 4],
+                 "kl_old": tot[:, 3] / tot[:, 4]}  # fmt: skip
+        lengths = distributed.gather(cmask.sum(1).float())  # (W * B,)
+        seq_kl = distributed.gather((kl(old_logp, ref_logp, "k1") * cmask).sum(1))  # (W * B,) log pi/pi_ref of o|q
+        resid_mean, resid_var = distributed.moments((ret - old_val)[cmask])  # of the critic's errors, every token
+        ret_var = distributed.moments(ret[cmask])[1]
         row = {
             "step": step + 1,
-            "score": score.mean().item(),  # the learned reward, before the KL penalty
-            "reward": (rew * cmask).sum(1).mean().item(),  # what PPO maximises: score - beta * KL, summed per row
+            "score": distributed.gather(score).mean().item(),  # the learned reward, before the KL penalty
+            # what PPO maximises: score - beta * KL, summed per row
+            "reward": distributed.gather((rew * cmask).sum(1)).mean().item(),
             "kl_ref": seq_kl.mean().item(),  # per completion, summed over tokens (k1)
-            "accuracy": correct.mean().item(),  # verified, on the training samples; never seen by the trainer
+            "accuracy": distributed.gather(correct).mean().item(),  # verified on the training samples; not trained on
             "length": lengths.mean().item(),  # completion tokens, eos included
-            "truncated": smp.truncated.float().mean().item(),
-            "entropy": -(old_logp.sum() / cmask.sum()).item(),  # sample estimate of the per-token entropy at T
-            "explained_variance": (1 - resid.var() / ret[cmask].var().clamp(min=1e-8)).item(),  # of the critic
+            "truncated": distributed.gather(smp.truncated.float()).mean().item(),
+            # sample estimate of the per-token entropy at T
+            "entropy": -(distributed.all_sum(old_logp.sum()) / distributed.all_sum(cmask.sum())).item(),
+            "explained_variance": (1 - resid_var / ret_var.clamp(min=1e-8)).item(),  # of the critic
             "sample_s": t1 - t0,
             "train_s": t2 - t1,
-            **{k: sum(v) / len(v) if v else math.nan for k, v in stats.items()},
+            **{k: sum(v.tolist()) / len(v) for k, v in stats.items()},
         }
         if cfg.eval_every and ((step + 1) % cfg.eval_every == 0 or step + 1 == cfg.steps):
             row.update({k: v for k, v in evaluation(step + 1).items() if k != "step"})
         history.log(**row)
         bar.set_postfix({"score": f"{row['score']:.2f}", "acc": f"{row['accuracy']:.2f}"}, refresh=False)
-        if out is not None and ((cfg.save_every and (step + 1) % cfg.save_every == 0) or step + 1 == cfg.steps):
+        saving = (cfg.save_every and (step + 1) % cfg.save_every == 0) or step + 1 == cfg.steps
+        if out is not None and saving and distributed.is_main():  # one writer: every process holds the same state
             state = {"step": step + 1, "rows": history.rows, "evals": evals, "resumes": resumes}
             runs.save_run(out, {"model": policy, "value": value_model}, tokenizer,
                           {"policy": optimizer, "value": value_optimizer}, state, cfg, "rlhf")  # fmt: skip

@@ -7,6 +7,11 @@ The loss is the mean negative log-likelihood of the completion tokens (the eos i
 The prompt's tokens condition the model but are never targets. The same loop serves R1's cold start, pretraining
 the course's model from scratch (``minirl.lm.pretraining``), rejection-sampling SFT and distillation.
 
+Under ``torchrun`` (``minirl.lm.distributed``) each of W processes takes B / W rows of every batch. DDP averages the
+W gradients, and an average of per-process means is not the mean over the batch when the processes hold different
+numbers of completion tokens; so each process divides its summed loss by the whole batch's token count / W, which
+makes DDP's average exactly the gradient of the loss above.
+
 Shapes
     B   examples in a batch
     L   tokens of prompt + completion, left-padded
@@ -20,6 +25,7 @@ import torch
 from tqdm.auto import tqdm
 
 from minirl import _validate
+from minirl.lm import distributed
 from minirl.lm.model import check_vocab
 from minirl.lm.sampling import logprobs
 from minirl.lm.tasks import Problem
@@ -87,10 +93,16 @@ def encode(tokenizer, examples: Sequence) -> tuple[torch.Tensor, torch.Tensor, t
     return ids, mask, loss_mask
 
 
-def sft_loss(model, ids: torch.Tensor, mask: torch.Tensor, loss_mask: torch.Tensor) -> torch.Tensor:
-    """Mean negative log-likelihood over the completion tokens (``loss_mask``), the prompt excluded."""
+def sft_loss(
+    model, ids: torch.Tensor, mask: torch.Tensor, loss_mask: torch.Tensor, n_tokens: float | None = None
+) -> torch.Tensor:
+    """Mean negative log-likelihood over the completion tokens (``loss_mask``), the prompt excluded.
+
+    ``n_tokens`` replaces the denominator, the number of tokens in ``loss_mask``: ``train`` passes the count of the
+    whole batch over all processes (divided by their number), of which these rows are one share.
+    """
     logp = logprobs(model, ids, mask)  # (B, L)
-    return -(logp * loss_mask).sum() / loss_mask.sum()
+    return -(logp * loss_mask).sum() / (loss_mask.sum() if n_tokens is None else n_tokens)
 
 
 @torch.no_grad()
@@ -130,30 +142,46 @@ def train(
 
     Every ``cfg.eval_every`` steps and at the end: the loss on ``heldout`` examples, and the metrics ``on_eval(model)``
     returns (held-out accuracy, say), both logged in the history and shown on the progress bar.
+
+    Under ``torchrun``, call ``minirl.lm.distributed.init()`` before putting ``model`` on a GPU (it picks each
+    process's own); ``cfg.batch_size`` is the global batch, split evenly over the processes, and the history is the
+    same on every process.
     """
     cfg = check_config(cfg or SFTConfig())
     check_vocab(model, tokenizer)
+    world = distributed.init()
+    mine = distributed.shard(cfg.batch_size, "batch_size")  # this process's rows of every batch
     ids, mask, loss_mask = encode(tokenizer, examples)  # (N, L) each, N examples
+    lengths, targets = mask.sum(1), loss_mask.sum(1)  # (N,) each, kept on the CPU: no device sync per step
     device = next(model.parameters()).device
+    if world > 1 and device != distributed.device(device.type):
+        raise ValueError(
+            f"the model is on {device}, but under torchrun this process trains on {distributed.device(device.type)}: "
+            "call minirl.lm.distributed.init() before moving the model to a GPU, or move it to distributed.device()"
+        )
     ids, mask, loss_mask = ids.to(device), mask.to(device), loss_mask.to(device)
+    ddp_model = distributed.wrap(model)  # the training forward goes through DDP, which averages the gradients
     optimizer = torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
     shuffle = torch.Generator().manual_seed(cfg.seed)
     order = torch.empty(0, dtype=torch.long)
     history, shown = [], {}
     model.train()
-    bar = tqdm(range(cfg.steps), desc="sft", disable=not progress)
+    bar = tqdm(range(cfg.steps), desc="sft", disable=not progress or not distributed.is_main())
     for step in bar:
         # --- batch: the next examples of a shuffled epoch ---
         if len(order) < cfg.batch_size:
             order = torch.cat([order, torch.randperm(len(ids), generator=shuffle)])
-        idx, order = order[: cfg.batch_size], order[cfg.batch_size :]
-        width = int(mask[idx].sum(1).max())  # drop the columns that are padding in every row of this batch
+        idx, order = order[: cfg.batch_size], order[cfg.batch_size :]  # the same on every process: one shuffle
+        n_tokens = int(targets[idx].sum()) / world  # the global batch's completion tokens, per process
+        idx = idx[mine]  # this process's share of the batch
+        width = int(lengths[idx].max())  # drop the columns that are padding in every row of this batch
         b_ids, b_mask, b_loss_mask = ids[idx, -width:], mask[idx, -width:], loss_mask[idx, -width:]  # (B, L)
 
         # --- update ---
         for group in optimizer.param_groups:
             group["lr"] = lr_at(step, cfg)
-        loss = sft_loss(model, b_ids, b_mask, b_loss_mask)
+        with distributed.autocast(device):
+            loss = sft_loss(ddp_model, b_ids, b_mask, b_loss_mask, n_tokens)  # DDP's average of these: the batch mean
         _validate.check_finite(step + 1, CAUSES, loss=loss)
         optimizer.zero_grad(set_to_none=True)
         loss.backward()
@@ -163,7 +191,7 @@ def train(
         _validate.check_finite_parameters(model, step + 1, CAUSES)
 
         # --- log ---
-        row = {"step": step + 1, "loss": loss.item(), "lr": optimizer.param_groups[0]["lr"]}
+        row = {"step": step + 1, "loss": distributed.mean(loss.detach()).item(), "lr": optimizer.param_groups[0]["lr"]}
         if (step + 1) % cfg.eval_every == 0 or step + 1 == cfg.steps:
             model.eval()
             if heldout:
