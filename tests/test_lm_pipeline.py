@@ -7,10 +7,11 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from minirl.lm import pipeline
+from minirl.lm import build_tokenizer, pipeline
 from minirl.lm.tasks import Problem, format_ok, get_task
 
 TASK = get_task("addition")
+TOK = build_tokenizer()  # sets the completion budget; the fake sampler below writes the texts
 P = TASK.solve(347, 585)  # 347+585=<think>7+5=12 c1 4+8+1=13 c1 3+5+1=9 c0</think><answer>932</answer>
 Q = TASK.solve(100, 200)
 
@@ -60,7 +61,7 @@ def test_rejection_sample_keeps_verified_distinct_completions_per_prompt(monkeyp
         "<think>x</think><answer>1</answer>", "<think>y</think><answer>300</answer>", right_q, "",  # Q: 2 verified
     ]  # fmt: skip
     model = fake_sampler(monkeypatch, texts)
-    traces = pipeline.rejection_sample(model, None, TASK, [P, Q], k=4, per_prompt=2, batch_size=3)
+    traces = pipeline.rejection_sample(model, TOK, TASK, [P, Q], k=4, per_prompt=2, batch_size=3)
     assert traces.sampled == 8
     assert traces.correct == 5  # right_p twice, the unreadable one, and Q's two
     assert traces.readable == 6
@@ -68,10 +69,10 @@ def test_rejection_sample_keeps_verified_distinct_completions_per_prompt(monkeyp
                                (Q.prompt, right_q)]  # fmt: skip
     assert traces.problems == [P, Q, Q] and traces.solved == 2
     model = fake_sampler(monkeypatch, texts)
-    one = pipeline.rejection_sample(model, None, TASK, [P, Q], k=4, per_prompt=1)
+    one = pipeline.rejection_sample(model, TOK, TASK, [P, Q], k=4, per_prompt=1)
     assert [p for p, _ in one.examples] == [P.prompt, Q.prompt]
     model = fake_sampler(monkeypatch, texts)
-    everything = pipeline.rejection_sample(model, None, TASK, [P, Q], k=4, keep="all", per_prompt=4)
+    everything = pipeline.rejection_sample(model, TOK, TASK, [P, Q], k=4, keep="all", per_prompt=4)
     assert len(everything.examples) == 7  # 8 rows, one duplicate of right_p
 
 

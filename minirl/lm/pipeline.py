@@ -34,7 +34,7 @@ from minirl.lm.evaluation import evaluate
 from minirl.lm.model import checkpoint_folder, load, save
 from minirl.lm.pipeline_config import CHECKPOINTS, KEEPS, STUDENT, TEACHER, ColdStartConfig, DistillConfig  # noqa: F401
 from minirl.lm.sampling import sample
-from minirl.lm.tasks import TASKS, Problem, format_ok, get_task, is_correct, make_problems
+from minirl.lm.tasks import TASKS, Problem, format_ok, get_task, is_correct, make_problems, token_budget
 
 
 def verified(task, problem: Problem, text: str) -> bool:
@@ -92,10 +92,10 @@ def rejection_sample(
     accept = keep_fn(keep)
     rows = [p for p in problems for _ in range(k)]  # (N * k,) each problem's k rows consecutive
     generator = torch.Generator(next(model.parameters()).device).manual_seed(seed)
-    texts = []
+    texts, budget = [], token_budget(task, tokenizer)
     for i in range(0, len(rows), batch_size):
         prompts = [p.prompt for p in rows[i : i + batch_size]]
-        smp = sample(model, tokenizer, prompts, task.max_new_tokens, temperature=temperature, generator=generator)
+        smp = sample(model, tokenizer, prompts, budget, temperature=temperature, generator=generator)
         texts += smp.text
     examples, kept_problems, chosen = [], [], {}
     correct = readable = 0
@@ -260,7 +260,7 @@ def carries(problem: Problem) -> int:
 
 def correct_flags(model, tokenizer, task, problems: list[Problem]) -> torch.Tensor:
     """1.0 where the greedy completion of a problem is right, else 0.0; (N,)."""
-    texts = sample(model, tokenizer, [p.prompt for p in problems], task.max_new_tokens, greedy=True).text
+    texts = sample(model, tokenizer, [p.prompt for p in problems], token_budget(task, tokenizer), greedy=True).text
     return torch.tensor([float(is_correct(task, p, t)) for p, t in zip(problems, texts)])
 
 

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 import torch
 
 from minirl.lm.sampling import sample
-from minirl.lm.tasks import Problem, extract_answer, format_ok, make_problems
+from minirl.lm.tasks import Problem, extract_answer, format_ok, make_problems, token_budget
 
 
 @dataclass(frozen=True)
@@ -109,10 +109,10 @@ def make_pairs(
     problems = make_problems(task, "train", n_prompts, seed=seed)
     prompts = [p.prompt for p in problems for _ in range(completions_per_prompt)]
     generator = torch.Generator(next(model.parameters()).device).manual_seed(seed)
-    texts = []
+    texts, budget = [], token_budget(task, tokenizer)
     for i in range(0, len(prompts), batch_size):
         chunk = prompts[i : i + batch_size]
-        texts += sample(model, tokenizer, chunk, task.max_new_tokens, temperature=temperature, generator=generator).text
+        texts += sample(model, tokenizer, chunk, budget, temperature=temperature, generator=generator).text
     k = completions_per_prompt
     grouped = [texts[i * k : (i + 1) * k] for i in range(len(problems))]
     return label_pairs(task, problems, grouped, pairs_per_prompt, noise, seed)
