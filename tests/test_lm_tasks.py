@@ -200,3 +200,15 @@ def test_mixed_addition_mixes_at_the_rate_asked_and_reduces_to_addition():
 )
 def test_digit_share_by_hand(text, share):
     assert tasks.digit_share(text) == pytest.approx(share)
+
+
+def test_chat_addition_reads_the_last_number_of_a_reply():
+    task = tasks.get_task("addition-chat")
+    p = task.solve(7, 12)
+    assert p == Problem("What is 7+12? Answer with the number only.", "19", "19")
+    replies = {"19": True, "7 + 12 = 19.": True, "The answer is 019": True, "7+12": False, "nineteen": False, "": False}
+    assert {text: is_correct(task, p, text) for text in replies} == replies
+    assert task.extract_answer("no digits") is None and format_ok(p.completion) is False
+    assert len(make_problems(task, "heldout", 41)) == 41  # all of them: 41 of the 441 questions are held out
+    with pytest.raises(ValueError, match="ask for fewer"):
+        make_problems(task, "heldout", 42)
