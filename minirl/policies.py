@@ -36,6 +36,10 @@ class PolicySpec:
     act_low: tuple[float, ...] | None = None  # Box bounds, used to clip actions sent to the env
     act_high: tuple[float, ...] | None = None
     log_std_init: float = 0.0
+    activation: str = "tanh"  # between hidden layers: "tanh" (the policy-gradient default) or "relu" (DQN's)
+
+
+ACTIVATIONS = {"tanh": nn.Tanh, "relu": nn.ReLU}
 
 
 def spec_for(env: gym.Env | gym.vector.VectorEnv, **options) -> PolicySpec:
@@ -69,16 +73,18 @@ def obs_size(space: gym.Space) -> int:
     raise TypeError(f"observation space {space} is not supported: use a Box or Discrete observation space")
 
 
-def mlp(sizes: list[int], out_gain: float) -> nn.Sequential:
-    """tanh MLP with orthogonal init: gain sqrt(2) inside, ``out_gain`` on the last layer, zero biases
-    (detail 2 of "The 37 Implementation Details of PPO", Huang et al. 2022)."""
+def mlp(sizes: list[int], out_gain: float, activation: str = "tanh") -> nn.Sequential:
+    """MLP (tanh or ReLU between layers) with orthogonal init: gain sqrt(2) inside, ``out_gain`` on the last layer,
+    zero biases (detail 2 of "The 37 Implementation Details of PPO", Huang et al. 2022)."""
+    if activation not in ACTIVATIONS:
+        raise ValueError(f"activation must be one of {sorted(ACTIVATIONS)}, got {activation!r}")
     layers: list[nn.Module] = []
     for i in range(len(sizes) - 1):
         layer = nn.Linear(sizes[i], sizes[i + 1])
         last = i == len(sizes) - 2
         nn.init.orthogonal_(layer.weight, out_gain if last else math.sqrt(2))
         nn.init.zeros_(layer.bias)
-        layers += [layer] if last else [layer, nn.Tanh()]
+        layers += [layer] if last else [layer, ACTIVATIONS[activation]()]
     return nn.Sequential(*layers)
 
 
@@ -93,8 +99,8 @@ class Policy(nn.Module):
         super().__init__()
         self.spec = spec
         sizes = [spec.obs_dim, *spec.hidden]
-        self.actor = mlp([*sizes, spec.act_dim], out_gain=0.01)
-        self.critic = mlp([*sizes, 1], out_gain=1.0) if spec.critic else None
+        self.actor = mlp([*sizes, spec.act_dim], out_gain=0.01, activation=spec.activation)
+        self.critic = mlp([*sizes, 1], out_gain=1.0, activation=spec.activation) if spec.critic else None
         if not spec.discrete:
             # a diagonal Gaussian with a state-independent log std (continuous-action details 1-3)
             self.log_std = nn.Parameter(torch.full((spec.act_dim,), spec.log_std_init))

@@ -86,8 +86,54 @@ class Batch:
         return self.terminated | self.truncated
 
 
+class NumpyActor:
+    """pi(.|s) for choosing actions, computed in NumPy on a snapshot of a policy's actor weights.
+
+    Why: a rollout runs the actor on one small batch (N observations) per env step. At that size each torch call
+    costs more in dispatch than in arithmetic (several microseconds, a dozen calls per step); a NumPy call costs
+    about one. The arrays are the policy's own weights, read when the actor is made (once per rollout: they do not
+    change during one), and ``tests/test_rollout.py`` checks that the logits and Gaussian means equal the policy's.
+    Only the action is taken from here: log pi(a|s) and V(s) of the whole rollout are computed afterwards by the
+    policy itself, in one batched call.
+    """
+
+    def __init__(self, policy: Policy, rng: np.random.Generator):
+        spec = policy.spec
+        linears = [m for m in policy.actor if isinstance(m, torch.nn.Linear)]
+        # (in, out) weight matrices and (out,) biases, float32 like the policy's
+        self.layers = [(m.weight.detach().numpy().T.copy(), m.bias.detach().numpy().copy()) for m in linears]
+        self.activation = np.tanh if spec.activation == "tanh" else (lambda h: np.maximum(h, 0))
+        self.discrete = spec.discrete
+        self.std = None if spec.discrete else np.exp(policy.log_std.detach().numpy())  # (A,)
+        self.rng = rng
+
+    def forward(self, obs: np.ndarray) -> np.ndarray:
+        """(N, D) normalised observations -> (N, A) logits, or Gaussian means."""
+        h = obs
+        for i, (w, b) in enumerate(self.layers):
+            h = h @ w + b
+            if i < len(self.layers) - 1:
+                h = self.activation(h)
+        return h
+
+    def sample(self, obs: np.ndarray) -> np.ndarray:
+        """One action per row: (N,) integers drawn from softmax(logits), or (N, A) draws of N(mean, std^2)."""
+        out = self.forward(obs)
+        if not self.discrete:
+            return (out + self.std * self.rng.standard_normal(out.shape)).astype(np.float32)
+        z = out.astype(np.float64)
+        probs = np.exp(z - z.max(axis=1, keepdims=True))  # (N, A), softmax in float64
+        cdf = np.cumsum(probs / probs.sum(axis=1, keepdims=True), axis=1)
+        u = self.rng.random((len(cdf), 1))  # inverse-CDF sampling: the first action whose cdf exceeds u
+        return np.minimum((cdf <= u).sum(axis=1), cdf.shape[1] - 1)
+
+
 class Collector:
-    """Steps N envs with a policy, T steps at a time; an episode in progress continues into the next batch."""
+    """Steps N envs with a policy, T steps at a time; an episode in progress continues into the next batch.
+
+    Actions are drawn by a ``NumpyActor`` (with its own generator, seeded by ``seed``); log pi(a|s) and V(s) come
+    from the policy, once per rollout, on the observations as they were acted on.
+    """
 
     def __init__(self, envs: gym.vector.VectorEnv, seed: int):
         self.envs = envs
@@ -97,6 +143,7 @@ class Collector:
         self.obs = to_obs_tensor(obs, self.space)  # (N, D)
         self.ep_return = np.zeros(envs.num_envs)
         self.ep_length = np.zeros(envs.num_envs, dtype=int)
+        self.rng = np.random.default_rng(seed)
 
     def reset(self) -> None:
         """Start fresh episodes in every env (REINFORCE wants whole episodes in each batch)."""
@@ -108,32 +155,29 @@ class Collector:
 
     def collect(self, policy: Policy, n_steps: int, update_obs_stats: bool = True) -> Batch:
         """Run ``n_steps`` steps in every env with ``policy`` sampling its actions."""
-        obs_b, act_b, rew_b, term_b, trunc_b, logp_b, val_b = ([] for _ in range(7))
-        final_vals = []  # (t, env indices, V(final observation)) for every step where an episode ended
+        actor = NumpyActor(policy, self.rng)
+        obs_b, act_b, rew_b, term_b, trunc_b = ([] for _ in range(5))
+        final_obs_b = []  # (t, env indices, final observation) for every step where an episode ended
         ep_returns, ep_lengths = [], []
         for t in range(n_steps):
             if update_obs_stats:
                 policy.update_obs_stats(self.obs)
             norm_obs = policy.normalize(self.obs)  # (N, D), with this step's statistics: stored as acted on
-            act, logp, val = policy.act(norm_obs, normalized=True)  # (N,) or (N, A); (N,); (N,)
+            act = torch.from_numpy(actor.sample(norm_obs.numpy()))  # (N,) or (N, A)
             obs, rew, terminated, truncated, info = self.envs.step(policy.env_action(act))
             check_env_output(self.envs, obs, rew)
             done = terminated | truncated
-            if done.any():  # the env has reset: V of the old episode's final observation, for truncation
+            if done.any():  # the env has reset: keep the old episode's final observation, for truncation
                 idx = np.flatnonzero(done)
                 final_obs = np.stack(info["final_obs"][idx])
                 check_env_output(self.envs, final_obs, None)
-                final_obs = to_obs_tensor(final_obs, self.space)  # (n_done, D)
-                with torch.no_grad():
-                    final_vals.append((t, idx, policy.value(final_obs)))
+                final_obs_b.append((t, idx, to_obs_tensor(final_obs, self.space)))  # (n_done, D)
 
             obs_b.append(norm_obs)
             act_b.append(act)
             rew_b.append(torch.as_tensor(rew, dtype=torch.float32))
             term_b.append(torch.as_tensor(terminated))
             trunc_b.append(torch.as_tensor(truncated))
-            logp_b.append(logp)
-            val_b.append(val)
 
             self.ep_return += rew
             self.ep_length += 1
@@ -143,19 +187,23 @@ class Collector:
                 self.ep_return[i], self.ep_length[i] = 0.0, 0
             self.obs = to_obs_tensor(obs, self.space)  # (N, D), already reset where an episode ended
 
-        # V of the true next observation: the next row's V inside an episode, the final observation's at an end
-        val = torch.stack(val_b)  # (T, N)
-        with torch.no_grad():
+        obs, act = torch.stack(obs_b), torch.stack(act_b)  # (T, N, D); (T, N) or (T, N, A)
+        T, N = obs.shape[:2]
+        with torch.no_grad():  # log pi_old(a|s) and V(s) of the whole rollout, in one batched call each
+            flat_obs = obs.reshape(T * N, -1)  # (T*N, D)
+            logp = policy.log_prob(policy.distribution(flat_obs, normalized=True), act.reshape(T * N, *act.shape[2:]))
+            val = policy.value(flat_obs, normalized=True).reshape(T, N)
+            # V of the true next observation: the next row's V inside an episode, the final observation's at an end
             next_val = torch.cat([val[1:], policy.value(self.obs)[None]])  # (T, N)
-        for t, idx, v in final_vals:
-            next_val[t, idx] = v
+            for t, idx, final_obs in final_obs_b:
+                next_val[t, idx] = policy.value(final_obs)
         return Batch(
-            obs=torch.stack(obs_b),  # (T, N, D)
-            act=torch.stack(act_b),  # (T, N) or (T, N, A)
+            obs=obs,
+            act=act,
             rew=torch.stack(rew_b),  # (T, N)
             terminated=torch.stack(term_b),
             truncated=torch.stack(trunc_b),
-            logp=torch.stack(logp_b),
+            logp=logp.reshape(T, N),
             val=val,
             next_val=next_val,
             episode_returns=ep_returns,

@@ -14,7 +14,9 @@ from minirl.cli import main
 from minirl.policies import Policy
 from minirl.rollout import evaluate
 
-SMOKE = dict(total_steps=1200, learning_starts=400, batch_size=32, log_every=400, target_update=50)
+SMOKE = dict(
+    total_steps=1200, learning_starts=400, batch_size=32, log_every=400, train_freq=4, gradient_steps=2, target_update=50
+)
 
 
 pytestmark = pytest.mark.usefixtures("one_thread")
@@ -74,7 +76,7 @@ def test_smoke_run_changes_parameters_and_logs():
     cfg = dqn.DQNConfig(**SMOKE)
     result = dqn.train(cfg)
     assert result.history["step"] == [400, 800, 1200]
-    assert result.history["updates"][-1] == (1200 - 400) // cfg.train_freq
+    assert result.history["updates"][-1] == (1200 - 400) // cfg.train_freq * cfg.gradient_steps
     for key in ("return_mean", "epsilon", "td_loss", "q_mean", "rollout_s", "update_s"):
         assert key in result.history.keys()
     assert np.isfinite(result.history["td_loss"][1:]).all()

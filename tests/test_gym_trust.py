@@ -36,7 +36,7 @@ SMALL = {  # quick runs on the test envs (episodes of 10 steps)
     "reinforce": dict(total_steps=40, num_envs=2, n_steps=20),
     "trpo": dict(total_steps=64, num_envs=2, n_steps=32, minibatch_size=32, value_epochs=1, cg_iters=3),
     "grpo": dict(total_steps=40, group_size=2, n_groups=1),
-    "dqn": dict(total_steps=60, learning_starts=20, batch_size=8, log_every=20),
+    "dqn": dict(total_steps=60, learning_starts=20, batch_size=8, log_every=20, train_freq=4, gradient_steps=2),
 }
 
 # --- every field of every config, checked when training starts ---

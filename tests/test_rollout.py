@@ -7,7 +7,7 @@ import torch
 
 import minirl.policies as policies
 from minirl.policies import Policy, PolicySpec, spec_for
-from minirl.rollout import Collector, evaluate, make_envs
+from minirl.rollout import Collector, NumpyActor, evaluate, make_envs
 
 
 class CounterEnv(gym.Env):
@@ -166,3 +166,62 @@ def test_save_crash_keeps_previous_checkpoint(tmp_path, monkeypatch):
 def test_load_rejects_a_folder_that_is_not_a_checkpoint(tmp_path):
     with pytest.raises(FileNotFoundError, match="not a minirl policy checkpoint"):
         Policy.load(tmp_path)
+
+
+# --- the NumPy actor that picks actions during a rollout computes the policy's own function ---
+
+
+@pytest.mark.parametrize(
+    "spec",
+    [
+        PolicySpec(obs_dim=4, act_dim=3, discrete=True),
+        PolicySpec(obs_dim=3, act_dim=2, discrete=False, log_std_init=-0.5),
+        PolicySpec(obs_dim=4, act_dim=2, discrete=True, hidden=(32, 16, 8), activation="relu"),
+    ],
+)
+def test_numpy_actor_computes_the_policys_logits_and_means(spec):
+    torch.manual_seed(0)
+    policy = Policy(spec)
+    for p in policy.actor.parameters():  # away from the near-zero last layer, so differences would show
+        p.data.normal_()
+    obs = torch.randn(64, spec.obs_dim)
+    actor = NumpyActor(policy, np.random.default_rng(0))
+    with torch.no_grad():
+        dist = policy.distribution(obs)
+        expected = dist.logits if spec.discrete else dist.mean  # Categorical's logits are log-probabilities
+    got = torch.from_numpy(actor.forward(obs.numpy()))
+    if spec.discrete:
+        got = torch.log_softmax(got, dim=-1)
+    torch.testing.assert_close(got, expected, rtol=1e-5, atol=1e-5)
+
+
+def test_numpy_actor_samples_from_pi():
+    torch.manual_seed(0)
+    policy = Policy(PolicySpec(obs_dim=2, act_dim=3, discrete=True))
+    with torch.no_grad():
+        policy.actor[-1].bias.copy_(torch.tensor([0.0, 1.0, -1.0]))  # pi = softmax([0, 1, -1]) at every s (w ~ 0)
+        policy.actor[-1].weight.zero_()
+    draws = NumpyActor(policy, np.random.default_rng(0)).sample(np.zeros((100_000, 2), dtype=np.float32))
+    freq = np.bincount(draws, minlength=3) / len(draws)
+    np.testing.assert_allclose(freq, torch.softmax(torch.tensor([0.0, 1.0, -1.0]), 0).numpy(), atol=0.005)
+
+    gauss = Policy(PolicySpec(obs_dim=2, act_dim=2, discrete=False, log_std_init=np.log(0.5)))
+    with torch.no_grad():
+        gauss.actor[-1].bias.copy_(torch.tensor([1.0, -2.0]))
+        gauss.actor[-1].weight.zero_()
+    draws = NumpyActor(gauss, np.random.default_rng(0)).sample(np.zeros((100_000, 2), dtype=np.float32))
+    assert draws.dtype == np.float32
+    np.testing.assert_allclose(draws.mean(0), [1.0, -2.0], atol=0.01)
+    np.testing.assert_allclose(draws.std(0), [0.5, 0.5], atol=0.01)
+
+
+def test_batch_logp_and_values_are_the_policys_on_the_stored_rows():
+    envs = make_envs("Pendulum-v1", 2, seed=0)
+    policy = Policy(spec_for(envs, obs_norm=True))
+    batch = Collector(envs, seed=0).collect(policy, 30)
+    envs.close()
+    with torch.no_grad():
+        for t in (0, 17, 29):  # row by row, as a step-by-step rollout would compute them
+            dist = policy.distribution(batch.obs[t], normalized=True)
+            torch.testing.assert_close(batch.logp[t], policy.log_prob(dist, batch.act[t]), rtol=1e-5, atol=1e-5)
+            torch.testing.assert_close(batch.val[t], policy.value(batch.obs[t], normalized=True), rtol=1e-5, atol=1e-5)

@@ -40,21 +40,25 @@ from minirl.rollout import check_env_output, make_envs, to_obs_tensor
 
 @dataclass
 class DQNConfig:
+    """The defaults are the rl-baselines3-zoo CartPole-v1 settings (hyperparams/dqn.yml): bursts of 128 gradient
+    steps every 256 env steps, a target network refreshed before every burst, a 256-256 network."""
+
     env_id: str = "CartPole-v1"  # a gymnasium task with a Discrete action space (DQN takes a max over actions)
     total_steps: int = 50_000  # environment steps
     seed: int = 0  # seeds torch, numpy (exploration, replay sampling) and the env
-    buffer_size: int = 50_000  # replay capacity C in transitions; Mnih et al. 2015 used 1M
+    buffer_size: int = 100_000  # replay capacity C in transitions; Mnih et al. 2015 used 1M
     learning_starts: int = 1_000  # steps of pure exploration that fill the buffer before the first update
     batch_size: int = 64  # B transitions per gradient step; usually 32-256
-    gamma: float = 0.98  # discount gamma
-    lr: float = 5e-4  # Adam learning rate; usually 1e-4-3e-3
-    train_freq: int = 4  # environment steps between gradient steps
-    target_update: int = 1_000  # gradient steps between copies of the online network into the target network
+    gamma: float = 0.99  # discount gamma
+    lr: float = 2.3e-3  # Adam learning rate; usually 1e-4-3e-3
+    train_freq: int = 256  # environment steps between bursts of gradient steps (Mnih et al. 2015: 4)
+    gradient_steps: int = 128  # gradient steps in each burst (Mnih et al. 2015: 1)
+    target_update: int = 10  # environment steps between copies of the online network into the target network
     eps_start: float = 1.0  # epsilon of epsilon-greedy at the start
-    eps_end: float = 0.02  # epsilon after the decay; usually 0.01-0.1
-    exploration_fraction: float = 0.25  # fraction of total_steps over which epsilon decays linearly
+    eps_end: float = 0.04  # epsilon after the decay; usually 0.01-0.1
+    exploration_fraction: float = 0.16  # fraction of total_steps over which epsilon decays linearly
     max_grad_norm: float = 10.0  # global gradient-norm clip
-    hidden: tuple[int, ...] = (64, 64)  # hidden sizes of the Q-network MLP
+    hidden: tuple[int, ...] = (256, 256)  # hidden sizes of the Q-network MLP
     log_every: int = 1_000  # environment steps between rows of the history
 
 
@@ -114,6 +118,22 @@ def epsilon(cfg: DQNConfig, step: int) -> float:
     return cfg.eps_start + frac * (cfg.eps_end - cfg.eps_start)
 
 
+def gradient_step(q_net: Policy, target_net: Policy, optimizer, batch: tuple, cfg: DQNConfig, step: int):
+    """One Adam step on the Huber loss of Q(s, a) against the TD target of a replayed minibatch; returns the loss and
+    the mean Q(s, a) as 0-d tensors (for the log)."""
+    b_obs, b_act, b_rew, b_next, b_term = batch
+    with torch.no_grad():
+        y = td_target(b_rew, q_values(target_net, b_next), b_term, cfg.gamma)  # (B,)
+    q = q_values(q_net, b_obs).gather(1, b_act[:, None]).squeeze(1)  # (B,) Q(s, a) of the taken actions
+    loss = torch.nn.functional.huber_loss(q, y, delta=1.0)  # quadratic near 0, linear beyond: bounded grads
+    optimizer.zero_grad()
+    loss.backward()
+    grad_norm = torch.nn.utils.clip_grad_norm_(q_net.parameters(), cfg.max_grad_norm)  # before clipping
+    check_gradient(step, grad_norm)  # stop before a NaN reaches the parameters (and the target network)
+    optimizer.step()
+    return loss.detach(), q.detach().mean()
+
+
 def check_config(cfg: DQNConfig) -> None:
     """Raise on a setting DQN cannot run with, naming the field and what it allows (numbers from NumPy are fine)."""
     _validate.check_config(
@@ -124,6 +144,7 @@ def check_config(cfg: DQNConfig) -> None:
             "batch_size",
             "lr",
             "train_freq",
+            "gradient_steps",
             "target_update",
             "max_grad_norm",
             "log_every",
@@ -138,7 +159,7 @@ def train(cfg: DQNConfig, progress: bool = False) -> TrainResult:
     check_config(cfg)
     seed_everything(cfg.seed)
     envs = make_envs(cfg.env_id, 1, cfg.seed)
-    spec = spec_for(envs, hidden=tuple(cfg.hidden), critic=False)
+    spec = spec_for(envs, hidden=tuple(cfg.hidden), critic=False, activation="relu")
     if not spec.discrete:
         envs.close()
         raise TypeError(
@@ -147,7 +168,7 @@ def train(cfg: DQNConfig, progress: bool = False) -> TrainResult:
         )
     q_net = Policy(spec)  # the actor's outputs are Q(s, .)
     target_net = copy.deepcopy(q_net).requires_grad_(False)
-    optimizer = torch.optim.Adam(q_net.parameters(), lr=cfg.lr)
+    optimizer = torch.optim.Adam(q_net.parameters(), lr=cfg.lr, fused=True)  # one kernel for all parameters
     buffer = ReplayBuffer(cfg.buffer_size, spec.obs_dim)
     rng = np.random.default_rng(cfg.seed)
     space = envs.single_observation_space
@@ -183,23 +204,17 @@ def train(cfg: DQNConfig, progress: bool = False) -> TrainResult:
         obs = next_obs
         t1 = time.perf_counter()
 
-        # --- learn: one gradient step on a replayed minibatch ---
-        if step > cfg.learning_starts and step % cfg.train_freq == 0:
-            b_obs, b_act, b_rew, b_next, b_term = buffer.sample(cfg.batch_size, rng)
+        # --- learn: a burst of gradient steps on replayed minibatches ---
+        if step % cfg.target_update == 0:  # hard update of the target network: copy every weight
             with torch.no_grad():
-                y = td_target(b_rew, q_values(target_net, b_next), b_term, cfg.gamma)  # (B,)
-            q = q_values(q_net, b_obs).gather(1, b_act[:, None]).squeeze(1)  # (B,) Q(s, a) of the taken actions
-            loss = torch.nn.functional.huber_loss(q, y, delta=1.0)  # quadratic near 0, linear beyond: bounded grads
-            optimizer.zero_grad()
-            loss.backward()
-            grad_norm = torch.nn.utils.clip_grad_norm_(q_net.parameters(), cfg.max_grad_norm)  # before clipping
-            check_gradient(step, grad_norm)  # stop before a NaN reaches the parameters (and the target network)
-            optimizer.step()
-            n_updates += 1
-            losses.append(loss.item())
-            q_means.append(q.mean().item())
-            if n_updates % cfg.target_update == 0:
-                target_net.load_state_dict(q_net.state_dict())  # hard update of the target network
+                for target, online in zip(target_net.parameters(), q_net.parameters()):
+                    target.copy_(online)
+        if step > cfg.learning_starts and step % cfg.train_freq == 0:
+            for _ in range(cfg.gradient_steps):
+                loss, q = gradient_step(q_net, target_net, optimizer, buffer.sample(cfg.batch_size, rng), cfg, step)
+                losses.append(loss)
+                q_means.append(q)
+            n_updates += cfg.gradient_steps
         t_learn += time.perf_counter() - t1
         t_act += t1 - t0
 
@@ -211,8 +226,8 @@ def train(cfg: DQNConfig, progress: bool = False) -> TrainResult:
                 return_mean=running_mean(returns),
                 episodes=len(returns),
                 epsilon=eps,
-                td_loss=float(np.mean(losses)) if losses else float("nan"),
-                q_mean=float(np.mean(q_means)) if q_means else float("nan"),
+                td_loss=torch.stack(losses).mean().item() if losses else float("nan"),
+                q_mean=torch.stack(q_means).mean().item() if q_means else float("nan"),
                 updates=n_updates,
                 rollout_s=t_act,
                 update_s=t_learn,

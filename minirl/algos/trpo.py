@@ -20,7 +20,9 @@ import torch
 from torch.nn.utils import parameters_to_vector, vector_to_parameters
 
 from minirl import _validate
+from minirl._validate import check_finite, finite_checked
 from minirl.algos.common import (
+    DIVERGED,
     History,
     TrainResult,
     check_gradient,
@@ -172,7 +174,7 @@ def train(cfg: TRPOConfig, progress: bool = False) -> TrainResult:
     envs = make_envs(cfg.env_id, cfg.num_envs, cfg.seed, asynchronous=cfg.async_envs)
     spec = spec_for(envs, hidden=tuple(cfg.hidden), obs_norm=cfg.obs_norm, log_std_init=cfg.log_std_init)
     policy = Policy(spec)
-    critic_opt = torch.optim.Adam(policy.critic.parameters(), lr=cfg.value_lr, eps=1e-5)
+    critic_opt = torch.optim.Adam(policy.critic.parameters(), lr=cfg.value_lr, eps=1e-5, fused=True)
     collector = Collector(envs, cfg.seed)
     batch_size = cfg.num_envs * cfg.n_steps
     n_updates = max(1, cfg.total_steps // batch_size)
@@ -200,15 +202,20 @@ def train(cfg: TRPOConfig, progress: bool = False) -> TrainResult:
         t2 = time.perf_counter()
 
         # --- critic update: several Adam epochs of minibatches on the GAE returns ---
+        # The returns are checked for NaN once here, so value_loss skips its own scan on each minibatch of them; a
+        # NaN born inside the loop still stops it at check_gradient.
+        check_finite(step_count, DIVERGED, returns=b_ret)
         v_losses = []
-        for _ in range(cfg.value_epochs):
-            for mb in torch.randperm(batch_size).split(cfg.minibatch_size):
-                v_loss = value_loss(policy.value(b_obs[mb], normalized=True), b_ret[mb]).mean()
-                critic_opt.zero_grad()
-                v_loss.backward()
-                check_gradient(step_count, torch.nn.utils.get_total_norm([p.grad for p in policy.critic.parameters()]))
-                critic_opt.step()
-                v_losses.append(v_loss.item())
+        with finite_checked():
+            for _ in range(cfg.value_epochs):
+                for mb in torch.randperm(batch_size).split(cfg.minibatch_size):
+                    v_loss = value_loss(policy.value(b_obs[mb], normalized=True), b_ret[mb]).mean()
+                    critic_opt.zero_grad()
+                    v_loss.backward()
+                    grad_norm = torch.nn.utils.get_total_norm([p.grad for p in policy.critic.parameters()])
+                    check_gradient(step_count, grad_norm)
+                    critic_opt.step()
+                    v_losses.append(v_loss.detach())  # 0-d tensors: read once per update, not per minibatch
         t3 = time.perf_counter()
         check_update(step_count, policy, surrogate=step.new_surrogate, kl=step.kl)
 
@@ -225,7 +232,7 @@ def train(cfg: TRPOConfig, progress: bool = False) -> TrainResult:
             step_fraction=step.fraction,
             line_search_tries=len(step.tries),
             pg_loss=-step.new_surrogate,
-            v_loss=sum(v_losses) / len(v_losses),
+            v_loss=torch.stack(v_losses).mean().item(),
             entropy=step.entropy,
             explained_var=explained_variance(b_val, b_ret),
             rollout_s=t1 - t0,
