@@ -19,12 +19,14 @@ def run_pretrain(args: argparse.Namespace) -> None:
 
 
 def run_grpo(args: argparse.Namespace) -> None:
-    from minirl.lm import grpo
+    from minirl.lm import distributed, grpo
 
     cfg = config_from(args, GRPOConfig)
     if cfg.out is None:
         cfg.out = f"runs/lm-grpo-{cfg.task}-s{cfg.seed}"
     result = grpo.train(cfg, progress=True)
+    if not distributed.is_main():  # under torchrun, rank 0 writes and reports for every process
+        return
     result.history.to_csv(Path(cfg.out) / "history.csv")
     for ev in result.evals:
         acc, fmt = ev["heldout_accuracy"], ev["heldout_format"]
@@ -50,12 +52,14 @@ def run_reward_model(args: argparse.Namespace) -> None:
 
 
 def run_rlhf(args: argparse.Namespace) -> None:
-    from minirl.lm import rlhf
+    from minirl.lm import distributed, rlhf
 
     cfg = config_from(args, RLHFConfig)
     if cfg.out is None:
         cfg.out = f"runs/lm-rlhf-{cfg.task}-s{cfg.seed}"
     result = rlhf.train(cfg, progress=True)
+    if not distributed.is_main():  # under torchrun, rank 0 writes and reports for every process
+        return
     result.history.to_csv(Path(cfg.out) / "history.csv")
     for ev in result.evals:
         print(f"step {ev['step']}: held-out greedy accuracy {ev['heldout_accuracy']:.1%}")
@@ -66,11 +70,13 @@ def run_rlhf(args: argparse.Namespace) -> None:
 
 
 def run_cold_start(args: argparse.Namespace) -> None:
-    from minirl.lm import pipeline
+    from minirl.lm import distributed, pipeline
     from minirl.lm.pipeline_config import ColdStartConfig
 
     cfg = config_from(args, ColdStartConfig)
     r = pipeline.cold_start(cfg, progress=True)
+    if not distributed.is_main():  # under torchrun, rank 0 reports for every process
+        return
     for name, ev in (("before", r.before), ("after", r.after)):
         print(f"{name}: held-out greedy accuracy {ev.accuracy:.1%}, T=1 {ev.sampled_accuracy:.1%}, format "
               f"{ev.format_rate:.1%}, digits in traces {ev.digit_share:.1%} (n={ev.n})")
@@ -79,10 +85,12 @@ def run_cold_start(args: argparse.Namespace) -> None:
 
 
 def run_distill(args: argparse.Namespace) -> None:
-    from minirl.lm import pipeline
+    from minirl.lm import distributed, pipeline
     from minirl.lm.pipeline_config import DistillConfig
 
     r = pipeline.sft_on_traces(config_from(args, DistillConfig), progress=True)
+    if not distributed.is_main():  # under torchrun, rank 0 reports for every process
+        return
     t = r.traces
     print(f"teacher: {t.sampled} completions, {t.correct / t.sampled:.1%} right, kept {len(t.examples)} verified")
     for name, ev in (("before", r.before), ("after", r.after)):

@@ -28,7 +28,7 @@ import torch
 
 from minirl import _validate
 from minirl.course import use_threads
-from minirl.lm import grpo, sft
+from minirl.lm import distributed, grpo, sft
 from minirl.lm.config import GRPOConfig
 from minirl.lm.evaluation import evaluate
 from minirl.lm.model import checkpoint_folder, load, save
@@ -179,7 +179,8 @@ def cold_start(cfg: ColdStartConfig, progress: bool = False) -> ColdStartResult:
     if cfg.out:
         checkpoint_folder(cfg.out)  # refuse a folder minirl did not write, before any work
     task = get_task(cfg.task)
-    model, tokenizer = load(cfg.model, device="cpu")
+    distributed.init()  # under torchrun: join the other processes before choosing this one's device
+    model, tokenizer = load(cfg.model, device=distributed.device(cfg.device))
     examples = reference_traces(task, cfg.traces, cfg.seed)
     before = evaluate(model, tokenizer, task, n=cfg.eval_n, k=1)
     sft_cfg = sft.SFTConfig(steps=cfg.steps, batch_size=cfg.batch_size, lr=cfg.lr, warmup_steps=cfg.warmup_steps,
@@ -187,7 +188,7 @@ def cold_start(cfg: ColdStartConfig, progress: bool = False) -> ColdStartResult:
     result = sft.train(model, tokenizer, examples, sft_cfg, progress=progress)
     after = evaluate(model, tokenizer, task, n=cfg.eval_n, k=1)
     compute = sft_compute(tokenizer, examples, cfg.steps, cfg.batch_size)
-    if cfg.out:
+    if cfg.out and distributed.is_main():  # under torchrun every process holds the same model: one writes it
         save(model, tokenizer, cfg.out, {"config": dataclasses.asdict(cfg), "heldout": heldout_record(after)})
     return ColdStartResult(model, tokenizer, before, after, compute, result.history)
 
@@ -223,8 +224,10 @@ def sft_on_traces(cfg: DistillConfig, progress: bool = False) -> DistillResult:
         checkpoint_folder(cfg.out)  # refuse a folder minirl did not write, before any work
     use_threads(cfg.threads)
     task = get_task(cfg.task)
-    teacher, tokenizer = load(cfg.teacher, device="cpu")
-    student, student_tok = load(cfg.student, device="cpu")
+    distributed.init()  # under torchrun: join the other processes before choosing this one's device
+    device = distributed.device(cfg.device)
+    teacher, tokenizer = load(cfg.teacher, device=device)
+    student, student_tok = load(cfg.student, device=device)
     if student_tok.get_vocab() != tokenizer.get_vocab():
         raise ValueError("teacher and student must share a tokenizer: the student learns the teacher's tokens")
     t0 = time.perf_counter()
@@ -242,7 +245,7 @@ def sft_on_traces(cfg: DistillConfig, progress: bool = False) -> DistillResult:
     t3 = time.perf_counter()
     after = evaluate(student, tokenizer, task, n=cfg.eval_n, k=1)
     compute = sft_compute(tokenizer, traces.examples, cfg.steps, cfg.batch_size)
-    if cfg.out:
+    if cfg.out and distributed.is_main():  # under torchrun every process holds the same student: one writes it
         meta = {"config": dataclasses.asdict(cfg), "kept": len(traces.examples), "sampled": traces.sampled,
                 "heldout": heldout_record(after)}  # fmt: skip
         save(student, tokenizer, cfg.out, meta)

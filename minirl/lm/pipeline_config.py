@@ -36,6 +36,7 @@ class DistillConfig:
     seed: int = 0  # prompts, the teacher's sampling and the SFT's shuffling
     out: str | None = None  # folder to save the trained student in; None: not saved
     threads: int = 0  # torch CPU threads; 0: as set (1 if idle threads spin, minirl.course.use_threads)
+    device: str = "auto"  # "auto" (a GPU when there is one), "cpu", "cuda"
 
 
 @dataclass
@@ -54,3 +55,4 @@ class ColdStartConfig:
     seed: int = 0  # which problems and the SFT's shuffling
     out: str | None = None  # folder to save the fine-tuned model in; None: not saved
     threads: int = 0  # torch CPU threads; 0: as set (1 if idle threads spin, minirl.course.use_threads)
+    device: str = "auto"  # "auto" (a GPU when there is one), "cpu", "cuda"

@@ -17,7 +17,7 @@ import torch
 
 from minirl import _validate
 from minirl.course import use_threads
-from minirl.lm import sft
+from minirl.lm import distributed, sft
 from minirl.lm.config import PretrainConfig
 from minirl.lm.evaluation import evaluate
 from minirl.lm.model import checkpoint_folder, make_model, save
@@ -84,6 +84,8 @@ def pretrain(cfg: PretrainConfig, progress: bool = True) -> sft.SFTResult:
         "machine": {"cpu": platform.processor() or platform.machine(), "threads": torch.get_num_threads()},
         "versions": {"torch": torch.__version__, "transformers": __import__("transformers").__version__},
     }
+    if not distributed.is_main():  # under torchrun every process holds the same model: rank 0 saves it
+        return result
     save(model, tokenizer, Path(cfg.out), metadata)
     if progress:
         print(
