@@ -175,7 +175,8 @@ def train(
         n_tokens = int(targets[idx].sum()) / world  # the global batch's completion tokens, per process
         idx = idx[mine]  # this process's share of the batch
         width = int(lengths[idx].max())  # drop the columns that are padding in every row of this batch
-        b_ids, b_mask, b_loss_mask = ids[idx, -width:], mask[idx, -width:], loss_mask[idx, -width:]  # (B, L)
+        at = idx.to(device)  # the same rows, as an index on the model's device
+        b_ids, b_mask, b_loss_mask = ids[at, -width:], mask[at, -width:], loss_mask[at, -width:]  # (B, L)
 
         # --- update ---
         for group in optimizer.param_groups:
