@@ -24,14 +24,15 @@ from torch.nn.parallel import DistributedDataParallel
 from minirl.lm.model import resolve_device
 
 
-def init() -> int:
+def init(device: str | torch.device = "auto") -> int:
     """Join the process group ``torchrun`` describes, once; return the world size W (1 outside ``torchrun``).
 
-    The backend is gloo for CPU tensors and nccl for CUDA tensors; with a GPU both are set up, so that CPU tensors
-    (rewards computed from text) and CUDA tensors (gradients) can each be summed over processes.
+    ``device`` is where the processes train. CPU tensors travel by gloo; when training on GPUs each process takes its
+    own and CUDA tensors travel by nccl as well, so that both CPU tensors (rewards computed from text) and CUDA
+    tensors (gradients) can be summed over processes.
     """
     if int(os.environ.get("WORLD_SIZE", "1")) > 1 and not dist.is_initialized():
-        if torch.cuda.is_available():
+        if resolve_device(device).type == "cuda":
             torch.cuda.set_device(local_rank())  # one GPU per process: "cuda" now means this process's own
             dist.init_process_group("cpu:gloo,cuda:nccl")
         else:

@@ -176,7 +176,7 @@ def train(
     ``reward_fn`` and ``on_batch`` see the rows of their own process.
     """
     check_config(cfg)
-    world = distributed.init()
+    world = distributed.init(cfg.device)
     mine = distributed.shard(cfg.prompts_per_step, "prompts_per_step")  # this process's prompts, groups kept whole
     # claim the output folder and read its checkpoint before any work: a refusal costs nothing
     with distributed.main_first():  # rank 0 first: it may repair a checkpoint that a crash left half-written

@@ -179,7 +179,7 @@ def cold_start(cfg: ColdStartConfig, progress: bool = False) -> ColdStartResult:
     if cfg.out:
         checkpoint_folder(cfg.out)  # refuse a folder minirl did not write, before any work
     task = get_task(cfg.task)
-    distributed.init()  # under torchrun: join the other processes before choosing this one's device
+    distributed.init(cfg.device)  # under torchrun: join the other processes before choosing this one's device
     model, tokenizer = load(cfg.model, device=distributed.device(cfg.device))
     examples = reference_traces(task, cfg.traces, cfg.seed)
     before = evaluate(model, tokenizer, task, n=cfg.eval_n, k=1)
@@ -224,7 +224,7 @@ def sft_on_traces(cfg: DistillConfig, progress: bool = False) -> DistillResult:
         checkpoint_folder(cfg.out)  # refuse a folder minirl did not write, before any work
     use_threads(cfg.threads)
     task = get_task(cfg.task)
-    distributed.init()  # under torchrun: join the other processes before choosing this one's device
+    distributed.init(cfg.device)  # under torchrun: join the other processes before choosing this one's device
     device = distributed.device(cfg.device)
     teacher, tokenizer = load(cfg.teacher, device=device)
     student, student_tok = load(cfg.student, device=device)

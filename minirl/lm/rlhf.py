@@ -179,7 +179,7 @@ def train(cfg: RLHFConfig, progress: bool = False, reward_fn: rw.RewardFn | None
     continues from the checkpoint there. Under ``torchrun``, ``reward_fn`` sees the rows of its own process.
     """
     check_config(cfg)
-    world = distributed.init()
+    world = distributed.init(cfg.device)
     mine = distributed.shard(cfg.prompts_per_step, "prompts_per_step")  # this process's prompts
     with distributed.main_first():  # rank 0 first: it may repair a checkpoint that a crash left half-written
         out, saved, resumes = runs.start_run(cfg, "rlhf")

@@ -149,11 +149,11 @@ def train(
     """
     cfg = check_config(cfg or SFTConfig())
     check_vocab(model, tokenizer)
-    world = distributed.init()
+    device = next(model.parameters()).device
+    world = distributed.init(device)
     mine = distributed.shard(cfg.batch_size, "batch_size")  # this process's rows of every batch
     ids, mask, loss_mask = encode(tokenizer, examples)  # (N, L) each, N examples
     lengths, targets = mask.sum(1), loss_mask.sum(1)  # (N,) each, kept on the CPU: no device sync per step
-    device = next(model.parameters()).device
     if world > 1 and device != distributed.device(device.type):
         raise ValueError(
             f"the model is on {device}, but under torchrun this process trains on {distributed.device(device.type)}: "
