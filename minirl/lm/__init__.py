@@ -32,6 +32,7 @@ _HOMES = {  # public name -> the module that defines it
 }
 _MODULES = (
     "config",
+    "distributed",
     "evaluation",
     "grpo",
     "model",
