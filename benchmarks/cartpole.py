@@ -20,7 +20,7 @@ import torch
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt
-from _floor import floor_line, mlp_flops
+from _floor import floors, mlp_flops, mlp_kernel_seconds
 from _stamp import RESULTS, stamp
 from stable_baselines3 import PPO
 from stable_baselines3.common.callbacks import BaseCallback
@@ -183,14 +183,19 @@ def profile_update(repeats: int = 1000) -> list[tuple[str, float]]:
     return [(k, 1e6 * v / repeats) for k, v in timings.items()]
 
 
-def ppo_floor(cfg: ppo.PPOConfig) -> tuple[float, str]:
-    """The floor (``_floor``) of one run: acting (actor per step), one batched actor + critic pass over each
-    rollout, and forward + backward (3x the forward FLOPs) of both networks on every transition in every epoch."""
-    actor, critic = mlp_flops([4, *cfg.hidden, 2]), mlp_flops([4, *cfg.hidden, 1])
+def ppo_floor(cfg: ppo.PPOConfig) -> tuple[float, float, str]:
+    """The floors (``_floor``) of one run: acting (the actor on N observations per step), one batched actor + critic
+    pass over each rollout, and forward + backward of both networks on every minibatch of every epoch."""
+    a_sizes, c_sizes = [4, *cfg.hidden, 2], [4, *cfg.hidden, 1]
     batch = cfg.num_envs * cfg.n_steps
-    trained = (cfg.total_steps // batch) * cfg.epochs * batch  # transitions through a gradient step
-    flops = cfg.total_steps * (2 * actor + critic) + trained * 3 * (actor + critic)
-    return floor_line("minirl's PPO", flops, cfg.total_steps, ENV)
+    rollouts = cfg.total_steps // batch
+    minibatches = rollouts * cfg.epochs * (batch // cfg.minibatch_size)
+    flops = cfg.total_steps * (2 * mlp_flops(a_sizes) + mlp_flops(c_sizes))
+    flops += minibatches * cfg.minibatch_size * 3 * (mlp_flops(a_sizes) + mlp_flops(c_sizes))
+    kernels = (cfg.total_steps // cfg.num_envs) * mlp_kernel_seconds(a_sizes, cfg.num_envs, backward=False)
+    kernels += rollouts * sum(mlp_kernel_seconds(s, batch, backward=False) for s in (a_sizes, c_sizes))
+    kernels += minibatches * sum(mlp_kernel_seconds(s, cfg.minibatch_size, backward=True) for s in (a_sizes, c_sizes))
+    return floors(flops, kernels, cfg.total_steps, ENV)
 
 
 def write_table(rows, args, profile, floor) -> None:
@@ -218,7 +223,8 @@ def write_table(rows, args, profile, floor) -> None:
         f"Median evaluation return: minirl {evals['minirl']:.1f}, SB3 {evals['SB3']:.1f}.",
         "Value loss: minirl runs with vf_coef 1.0 on its 0.5 * MSE, SB3 with 0.5 on its MSE: the same loss.",
         "",
-        f"{floor[1]} minirl's median is {med['minirl'] / floor[0]:.1f}x the floor.",
+        f"{floor[2]} minirl's median is {med['minirl'] / floor[1]:.1f}x the kernel floor, SB3's "
+        f"{med['SB3'] / floor[1]:.1f}x.",
         "SB3's rollout time is measured by a callback between rollout start and end; its update time is the rest.",
         "",
         "Where minirl's update time goes: one minibatch update (256 transitions, actor and critic 64-64 MLPs), "

