@@ -186,8 +186,8 @@ class ChatAddition:
     ``What is 7+12? Answer with the number only.`` -> ``19``.
 
     Meant for a real instruct model reading the question through its chat template (``tokenizer.render_prompt``);
-    SmolLM2-135M-Instruct answers about 40% of them right when greedy. It often writes a sentence around the number,
-    so the answer is the last integer in the completion.
+    SmolLM2-135M-Instruct answers 36.6% of the held-out ones right when greedy. It often writes a sentence around the
+    number, so the answer is the last integer in the completion.
     """
 
     def __init__(self, high: int = 20):
