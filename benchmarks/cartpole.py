@@ -155,12 +155,14 @@ def main() -> None:
 def profile_update(repeats: int = 1000) -> list[tuple[str, float]]:
     """Microseconds per minibatch update of minirl's PPO (256 transitions, two 64-64 MLPs), phase by phase."""
     from minirl._validate import finite_checked
+    from minirl.algos.common import clip_grad_norm
     from minirl.losses import ppo_clip_loss, value_loss
     from minirl.policies import Policy, spec_for
 
     torch.manual_seed(0)
     policy = Policy(spec_for(gym.make(ENV)))
-    opt = torch.optim.Adam(policy.parameters(), lr=1e-3, eps=1e-5, fused=True)
+    params = list(policy.parameters())
+    opt = torch.optim.Adam(params, lr=1e-3, eps=1e-5, fused=True)
     obs, act = torch.randn(256, 4), torch.randint(0, 2, (256,))
     old_logp, adv, ret = torch.randn(256) - 0.7, torch.randn(256), torch.randn(256)
     timings = dict.fromkeys(["forward + losses", "backward", "grad-norm clip", "Adam step"], 0.0)
@@ -174,7 +176,7 @@ def profile_update(repeats: int = 1000) -> list[tuple[str, float]]:
         opt.zero_grad()
         loss.backward()
         t2 = time.perf_counter()
-        torch.nn.utils.clip_grad_norm_(policy.parameters(), 0.5)
+        clip_grad_norm(params, 0.5)
         t3 = time.perf_counter()
         opt.step()
         t4 = time.perf_counter()

@@ -175,9 +175,9 @@ class Collector:
 
             obs_b.append(norm_obs)
             act_b.append(act)
-            rew_b.append(torch.as_tensor(rew, dtype=torch.float32))
-            term_b.append(torch.as_tensor(terminated))
-            trunc_b.append(torch.as_tensor(truncated))
+            rew_b.append(np.array(rew, dtype=np.float32))  # (N,) copies (an env may reuse its arrays), made
+            term_b.append(np.array(terminated, dtype=bool))  # tensors once at the end of the rollout
+            trunc_b.append(np.array(truncated, dtype=bool))
 
             self.ep_return += rew
             self.ep_length += 1
@@ -200,9 +200,9 @@ class Collector:
         return Batch(
             obs=obs,
             act=act,
-            rew=torch.stack(rew_b),  # (T, N)
-            terminated=torch.stack(term_b),
-            truncated=torch.stack(trunc_b),
+            rew=torch.from_numpy(np.stack(rew_b)),  # (T, N)
+            terminated=torch.from_numpy(np.stack(term_b)),
+            truncated=torch.from_numpy(np.stack(trunc_b)),
             logp=logp.reshape(T, N),
             val=val,
             next_val=next_val,
