@@ -54,7 +54,7 @@ from minirl.lm.grpo import draw_problems
 from minirl.lm.model import load
 from minirl.lm.reward_model import ScalarLM, check_same_vocab, last_index, load_scalar_lm
 from minirl.lm.sampling import logprobs, sample
-from minirl.lm.tasks import TASKS, get_task
+from minirl.lm.tasks import TASKS, get_task, token_budget
 from minirl.losses import aggregate, clip_fraction, kl, ppo_clip_loss, value_loss
 from minirl.returns import gae
 
@@ -185,11 +185,11 @@ def train(cfg: RLHFConfig, progress: bool = False, reward_fn: rw.RewardFn | None
         out, saved, resumes = runs.start_run(cfg, "rlhf")
     use_threads(cfg.threads)
     task = get_task(cfg.task)
-    max_new = cfg.max_new_tokens or task.max_new_tokens
     verifier = rw.accuracy_reward(task)  # logged only: PPO learns from the reward model
 
     # --- the four models ---
     policy, tokenizer = load(saved.model_path() if saved else cfg.model, device=distributed.device(cfg.device))
+    max_new = cfg.max_new_tokens or token_budget(task, tokenizer)  # in this tokenizer's tokens
     device = next(policy.parameters()).device
     ref_model = load(cfg.model, device=device)[0].requires_grad_(False)  # frozen pi_ref
     reward_model, rm_tokenizer = load_scalar_lm(cfg.reward_model, device=device)

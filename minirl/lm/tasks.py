@@ -238,7 +238,10 @@ def make_problems(task, split: str, n: int, seed: int = 0) -> list[Problem]:
     while len(problems) < n:
         draws += 1
         if draws > 100 * n + 1000:
-            raise ValueError(f"could not draw {n} distinct {split} problems of {task.name}; ask for fewer")
+            raise ValueError(
+                f"could not draw {n} distinct {split} problems of {task.name}: it has fewer; ask for fewer (the "
+                f"trainers' eval_n, --eval-n on the command line, counts held-out problems)"
+            )
         problem = task.draw(rng)
         if problem.prompt not in seen and split_of(problem.prompt) == split:
             seen.add(problem.prompt)
