@@ -17,6 +17,7 @@ import matplotlib
 import torch
 
 matplotlib.use("Agg")
+from _floor import floors, mlp_flops, mlp_kernel_seconds
 from _stamp import RESULTS, stamp
 from cartpole import Curve, evaluate_sb3, plot
 from stable_baselines3 import DQN
@@ -102,11 +103,26 @@ def main() -> None:
         curves["SB3"].append((curve.steps, curve.returns))
         print(rows[-2], rows[-1], flush=True)
 
-    write_table(rows, args)
+    write_table(rows, args, dqn_floor(dqn.DQNConfig(total_steps=args.steps)))
     plot(curves, f"DQN on {ENV}, zoo settings, {len(args.seeds)} seeds", "benchmark_dqn_cartpole")
 
 
-def write_table(rows, args) -> None:
+def dqn_floor(cfg: dqn.DQNConfig) -> tuple[float, float, str]:
+    """The floors (``_floor``) of one run: the Q-network on one observation per env step (an upper count: exploring
+    steps skip it), and per gradient step the target network's forward pass and the online network's forward and
+    backward passes on a minibatch."""
+    sizes = [4, *cfg.hidden, 2]
+    bursts = sum(1 for t in range(cfg.train_freq, cfg.total_steps + 1, cfg.train_freq) if t > cfg.learning_starts)
+    steps = bursts * cfg.gradient_steps
+    flops = cfg.total_steps * mlp_flops(sizes) + steps * cfg.batch_size * 4 * mlp_flops(sizes)
+    kernels = cfg.total_steps * mlp_kernel_seconds(sizes, 1, backward=False, activation="relu")
+    kernels += steps * sum(
+        mlp_kernel_seconds(sizes, cfg.batch_size, backward=b, activation="relu") for b in (False, True)
+    )
+    return floors(flops, kernels, cfg.total_steps, ENV)
+
+
+def write_table(rows, args, floor: tuple[float, float, str]) -> None:
     lines = [
         f"# DQN on {ENV}: minirl vs Stable-Baselines3",
         "",
@@ -132,6 +148,8 @@ def write_table(rows, args) -> None:
         f"(ratio {evals['minirl'] / evals['SB3']:.2f}; target: at least 0.9 at a lower wall time).",
         "SB3's acting time is measured by a callback between rollout start and end (its gradient steps run after "
         "each rollout); its learning time is the rest.",
+        f"{floor[2]} minirl's median is {med['minirl'] / floor[1]:.1f}x the kernel floor, SB3's "
+        f"{med['SB3'] / floor[1]:.1f}x.",
         "Differences that remain: the weights' initialisation (minirl: orthogonal, gain sqrt(2) inside and 0.01 on "
         "the last layer; SB3: PyTorch's default); minirl's Adam is the fused kernel (the same update, rounded "
         "differently).",
