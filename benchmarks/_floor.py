@@ -91,8 +91,8 @@ def floors(flops: float, kernel_s: float, env_steps: int, env_id: str) -> tuple[
     line = (
         f"Floors: {env_steps:,} env steps at {per_step * 1e6:.1f} us (the bare {env_id}, random actions) = "
         f"{env:.2f} s, plus either {flops / 1e9:.1f} GFLOP at {gflops:.0f} GFLOP/s (a 512 x 512 fp32 product, one "
-        f"thread) = {peak:.2f} s (**peak floor {env + peak:.1f} s**), or the run's own matrix products and tanh "
-        f"evaluations at their real shapes, timed back to back without autograd = {kernel_s:.2f} s "
+        f"thread) = {peak:.2f} s (**peak floor {env + peak:.1f} s**), or the run's own matrix products and activations "
+        f"at their real shapes, timed back to back without autograd = {kernel_s:.2f} s "
         f"(**kernel floor {env + kernel_s:.1f} s**)."
     )
     return env + peak, env + kernel_s, line
