@@ -3,7 +3,7 @@
 Two floors, both with the env steps at the speed of the bare env (no learner around it):
 
 - peak: every matrix product at the speed of one large (512 x 512) product. Tiny networks never get there.
-- kernels: the run's own matrix products and tanh evaluations, at their real shapes, timed back to back with no
+- kernels: the run's own matrix products and activations (tanh, ReLU), at their real shapes, timed back to back with no
   autograd, optimizer or Python logic between them. What is left above it is the cost of running the algorithm
   through a framework: dispatch, autograd bookkeeping, the optimizer's and the losses' small operations.
 """
