@@ -150,8 +150,9 @@ def write_table(rows, args, floor: tuple[float, float, str]) -> None:
         "each rollout); its learning time is the rest.",
         f"{floor[2]} minirl's median is {med['minirl'] / floor[1]:.1f}x the kernel floor, SB3's "
         f"{med['SB3'] / floor[1]:.1f}x.",
-        "Differences that remain: minirl's Adam is the fused kernel (the same update, rounded differently); the two "
-        "sides draw their exploration and replay samples from different random streams.",
+        "Differences that remain: the weights' initialisation (minirl: orthogonal, gain sqrt(2) inside and 0.01 on "
+        "the last layer; SB3: PyTorch's default); minirl's Adam is the fused kernel (the same update, rounded "
+        "differently).",
     ]
     RESULTS.mkdir(exist_ok=True)
     (RESULTS / "dqn_cartpole.md").write_text("\n".join(lines) + "\n")
