@@ -127,7 +127,7 @@ def train(cfg: PPOConfig, progress: bool = False) -> TrainResult:
             for _ in range(cfg.epochs):
                 n_before = len(stats["approx_kl"])
                 for mb in torch.randperm(batch_size).split(cfg.minibatch_size):
-                    # b_obs are stored as the policy saw them (normalised at collection): the ratio starts at exactly 1
+                    # b_obs are stored as the policy saw them (normalised at collection): the ratio starts at 1
                     mb_obs = b_obs[mb]  # (mb, D)
                     dist = policy.distribution(mb_obs, normalized=True)
                     logp = policy.log_prob(dist, b_act[mb])  # (mb,)
