@@ -157,7 +157,7 @@ class Collector:
         """Run ``n_steps`` steps in every env with ``policy`` sampling its actions."""
         actor = NumpyActor(policy, self.rng)
         obs_b, act_b, rew_b, term_b, trunc_b = ([] for _ in range(5))
-        final_obs_b = []  # (t, env indices, final observation) for every step where an episode ended
+        final_obs_b = []  # (t, env indices, final observation normalised then) for every step where an episode ended
         ep_returns, ep_lengths = [], []
         for t in range(n_steps):
             if update_obs_stats:
@@ -171,7 +171,7 @@ class Collector:
                 idx = np.flatnonzero(done)
                 final_obs = np.stack(info["final_obs"][idx])
                 check_env_output(self.envs, final_obs, None)
-                final_obs_b.append((t, idx, to_obs_tensor(final_obs, self.space)))  # (n_done, D)
+                final_obs_b.append((t, idx, policy.normalize(to_obs_tensor(final_obs, self.space))))  # (n_done, D)
 
             obs_b.append(norm_obs)
             act_b.append(act)
@@ -195,8 +195,11 @@ class Collector:
             val = policy.value(flat_obs, normalized=True).reshape(T, N)
             # V of the true next observation: the next row's V inside an episode, the final observation's at an end
             next_val = torch.cat([val[1:], policy.value(self.obs)[None]])  # (T, N)
-            for t, idx, final_obs in final_obs_b:
-                next_val[t, idx] = policy.value(final_obs)
+            if final_obs_b:
+                steps = np.concatenate([np.full(len(idx), t) for t, idx, _ in final_obs_b])  # (n_ends,) rows t
+                cols = np.concatenate([idx for _, idx, _ in final_obs_b])  # (n_ends,) env columns
+                final_obs = torch.cat([o for _, _, o in final_obs_b])  # (n_ends, D)
+                next_val[steps, cols] = policy.value(final_obs, normalized=True)
         return Batch(
             obs=obs,
             act=act,

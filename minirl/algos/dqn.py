@@ -129,7 +129,7 @@ def gradient_step(q_net: Policy, target_net: Policy, optimizer, batch: tuple, cf
     loss = torch.nn.functional.huber_loss(q, y, delta=1.0)  # quadratic near 0, linear beyond: bounded grads
     optimizer.zero_grad()
     loss.backward()
-    grad_norm = clip_grad_norm(list(q_net.parameters()), cfg.max_grad_norm)  # the norm before clipping
+    grad_norm = clip_grad_norm(optimizer.param_groups[0]["params"], cfg.max_grad_norm)  # the norm before clipping
     check_gradient(step, grad_norm)  # stop before a NaN reaches the parameters (and the target network)
     optimizer.step()
     return loss.detach(), q.detach().mean()
