@@ -4,7 +4,7 @@ The language model is a policy: the state is the prompt plus the tokens so far, 
 the log-prob of a whole completion is the sum of its tokens' log-probs, log pi(o | q) = sum_t log pi(o_t | q, o_<t).
 
 Shapes
-    B   prompts (rows) in the batch
+    B   prompts (rows) in the batch; B' the rows still being written, the only ones the model computes
     P   prompt tokens after left padding
     C   completion tokens, at most ``max_new_tokens``
     L   P + C, a whole row
@@ -21,6 +21,7 @@ from dataclasses import dataclass
 import torch
 from transformers import DynamicCache
 
+from minirl.lm import decoding
 from minirl.lm.model import cache_kwarg, check_vocab
 
 
@@ -121,6 +122,35 @@ def _unknown_pieces(tokenizer, prompt: str) -> list[str] | None:
     return [piece for piece in spans if piece != tokenizer.unk_token]
 
 
+class _CachedForward:
+    """The model's own forward with transformers' KV cache, for models ``minirl.lm.decoding`` does not cover. Called
+    with (ids (B, T), pos (B, T)) it returns the (B, V) logits after the last of ids; ``select(rows)`` keeps only
+    those rows of the batch, as ``decoding.LlamaDecoder`` does."""
+
+    def __init__(self, model, prompt_mask: torch.Tensor):
+        self.model, self.cache = model, {cache_kwarg(model): DynamicCache(config=model.config)}
+        self.attn = None  # (B, P + t): the prompts' padding mask, then every completion token
+        self.prompt_mask = prompt_mask
+
+    def __call__(self, ids: torch.Tensor, pos: torch.Tensor) -> torch.Tensor:
+        ones = torch.ones_like(self.prompt_mask[:, :1], dtype=torch.long)
+        self.attn = self.prompt_mask.long() if self.attn is None else torch.cat([self.attn, ones[: len(ids)]], dim=1)
+        out = self.model(input_ids=ids, attention_mask=self.attn, position_ids=pos, use_cache=True, **self.cache)
+        return out.logits[:, -1]
+
+    def select(self, rows: torch.Tensor) -> None:
+        self.cache[cache_kwarg(self.model)].batch_select_indices(rows)
+        self.attn = self.attn[rows]
+
+
+def _forward(model, prompt_mask: torch.Tensor, max_new: int):
+    """The lean forward of ``minirl.lm.decoding`` for a plain Llama, else the model's own (``_CachedForward``)."""
+    B, P = prompt_mask.shape
+    if decoding.supports(model):
+        return decoding.LlamaDecoder(model, B, P + max_new, None if prompt_mask.all() else prompt_mask)
+    return _CachedForward(model, prompt_mask)
+
+
 @torch.no_grad()
 def sample(
     model,
@@ -171,32 +201,43 @@ def sample(
     was_training = model.training
     model.eval()
     try:
-        cache = {cache_kwarg(model): DynamicCache(config=model.config)}  # filled in place by every forward
-        step_ids, attn, pos = prompt_ids, prompt_mask.long(), positions(prompt_mask)
+        forward = _forward(model, prompt_mask, max_new_tokens)
+        step_ids, pos = prompt_ids, positions(prompt_mask)  # (B, P) each
         done = torch.zeros(batch, dtype=torch.bool, device=device)  # (B,)
+        live = torch.arange(batch, device=device)  # (B',) the rows the model still computes
         tokens, masks, logps = [], [], []
         for _ in range(max_new_tokens):
-            logits = model(input_ids=step_ids, attention_mask=attn, position_ids=pos, use_cache=True, **cache).logits
-            logits = logits[:, -1].float() / temperature  # (B, V)
+            logits = forward(step_ids, pos).float() / temperature  # (B', V)
             if top_k is not None and top_k < logits.shape[-1]:
-                kth = logits.topk(top_k, dim=-1).values[:, -1:]  # (B, 1)
+                kth = logits.topk(top_k, dim=-1).values[:, -1:]  # (B', 1)
                 logits = logits.masked_fill(logits < kth, float("-inf"))
-            logp_all = torch.log_softmax(logits, dim=-1)  # (B, V)
+            logp_all = torch.log_softmax(logits, dim=-1)  # (B', V)
             if greedy:
-                tok = logits.argmax(dim=-1)  # (B,)
-            else:
-                tok = torch.multinomial(logp_all.exp(), 1, generator=generator).squeeze(-1)  # (B,)
+                tok_live = logits.argmax(dim=-1)  # (B',)
+            else:  # the exponential race, as torch.multinomial draws one sample: argmax_v p_v / E_v, E_v ~ Exp(1)
+                # independent, is v with probability p_v. Noise for every row, computed or not, keeps each row's
+                # draw independent of when its neighbours finished
+                noise = torch.empty(batch, logits.shape[-1], device=device).exponential_(generator=generator)  # (B, V)
+                tok_live = (logp_all.exp() / noise[live]).argmax(dim=-1)  # (B',)
+            tok = torch.full_like(done, pad, dtype=torch.long).index_put((live,), tok_live)  # (B,)
             tok = torch.where(done, pad, tok)  # finished rows only pad
-            logp = logp_all.gather(-1, tok[:, None]).squeeze(-1)  # (B,)
+            logp_live = logp_all.gather(-1, tok[live][:, None]).squeeze(-1)  # (B',)
+            logp = torch.zeros(batch, device=device).index_put((live,), logp_live)  # (B,)
             tokens.append(tok)
             masks.append(~done)  # still running at this step: the eos itself is inside the mask
             logps.append(torch.where(done, torch.zeros_like(logp), logp))
             done = done | (tok == eos)
             if done.all():
                 break
-            step_ids = tok[:, None]  # (B, 1)
-            attn = torch.cat([attn, torch.ones_like(attn[:, :1])], dim=1)  # (B, P + t + 1)
-            pos = pos[:, -1:] + 1  # (B, 1)
+            pos = pos[:, -1:] + 1  # (B', 1)
+            running = ~done[live]  # (B',)
+            # Rows that wrote their eos only pad from now on. Once a quarter of the computed rows have finished,
+            # they leave the batch (and the cache): a step then costs what its running rows cost. Leaving more
+            # rarely saves little, since the cache is copied each time.
+            if running.sum() <= 0.75 * len(live):
+                forward.select(running.nonzero().squeeze(-1))
+                live, pos = live[running], pos[running]
+            step_ids = tok[live][:, None]  # (B', 1)
     finally:
         model.train(was_training)
 

@@ -1,0 +1,123 @@
+"""The lean sampling forward (``minirl.lm.decoding``) against the model's own forward, and the sampler on both."""
+
+import pytest
+import torch
+from transformers import LlamaConfig, LlamaForCausalLM
+
+from minirl.lm import PRETRAINED, build_tokenizer, decoding, load, logprobs, sample
+from minirl.lm.sampling import positions
+
+PROMPTS = ["1+1=", "347+585=", "9", "sort 42 7 88 15="]
+
+
+@pytest.fixture(scope="module")
+def tok():
+    return build_tokenizer()
+
+
+def llama(tok, **changes) -> LlamaForCausalLM:
+    cfg = dict(vocab_size=len(tok), hidden_size=32, intermediate_size=48, num_hidden_layers=2, num_attention_heads=4,
+               num_key_value_heads=4, max_position_embeddings=64, tie_word_embeddings=True, pad_token_id=0,
+               bos_token_id=1, eos_token_id=2)  # fmt: skip
+    cfg.update(changes)
+    torch.manual_seed(0)
+    return LlamaForCausalLM(LlamaConfig(**cfg)).eval()
+
+
+def decoded_logits(model, ids, mask, P):
+    """The decoder's logits after each token from the prompt's last on: (B, L - P + 1, V)."""
+    dec = decoding.LlamaDecoder(model, ids.shape[0], ids.shape[1], None if mask[:, :P].all() else mask[:, :P])
+    pos = positions(mask)
+    out = [dec(ids[:, :P], pos[:, :P])]
+    out += [dec(ids[:, t : t + 1], pos[:, t : t + 1]) for t in range(P, ids.shape[1])]
+    return torch.stack(out, dim=1)
+
+
+@pytest.mark.parametrize(
+    "changes",
+    [{}, {"num_key_value_heads": 2}, {"num_key_value_heads": 1, "rope_parameters": {"rope_type": "default",
+                                                                                     "rope_theta": 500000.0}}],
+    ids=["heads", "grouped-query", "one-kv-head-rope-theta"],
+)
+@pytest.mark.parametrize("padded", [True, False])
+def test_decoder_logits_are_the_models(tok, changes, padded):
+    model = llama(tok, **changes)
+    assert decoding.supports(model)
+    prompts = PROMPTS if padded else ["12+34=", "56+78="]
+    enc = tok(prompts, padding=True, padding_side="left", return_tensors="pt")
+    P = enc["input_ids"].shape[1]
+    completion = torch.randint(3, len(tok), (len(prompts), 7), generator=torch.Generator().manual_seed(0))
+    ids = torch.cat([enc["input_ids"], completion], dim=1)  # (B, L)
+    mask = torch.cat([enc["attention_mask"].bool(), torch.ones_like(completion, dtype=torch.bool)], dim=1)
+    with torch.no_grad():
+        expected = model(input_ids=ids, attention_mask=mask.long(), position_ids=positions(mask)).logits  # (B, L, V)
+    got = decoded_logits(model, ids, mask, P)
+    torch.testing.assert_close(got, expected[:, P - 1 :], atol=1e-5, rtol=1e-5)
+
+
+def test_select_keeps_the_chosen_rows(tok):
+    """Rows dropped half-way leave the others' logits as they would be in a batch of their own."""
+    model = llama(tok, num_key_value_heads=2)
+    enc = tok(PROMPTS, padding=True, padding_side="left", return_tensors="pt")
+    ids, mask = enc["input_ids"], enc["attention_mask"].bool()
+    P, rows = ids.shape[1], torch.tensor([1, 3])
+    nxt = torch.tensor([[5], [6], [7], [8]])
+    dec = decoding.LlamaDecoder(model, 4, P + 2, mask)
+    dec(ids, positions(mask))
+    dec.select(rows)
+    pos = positions(mask)[rows, -1:] + 1
+    got = dec(nxt[rows], pos)
+    alone = decoding.LlamaDecoder(model, 2, P + 2, mask[rows])
+    alone(ids[rows], positions(mask[rows]))
+    torch.testing.assert_close(got, alone(nxt[rows], pos), atol=1e-6, rtol=0)
+
+
+def test_supports_only_what_it_computes(tok):
+    assert decoding.supports(llama(tok))
+    assert not decoding.supports(llama(tok, attention_bias=True))
+    assert not decoding.supports(llama(tok, mlp_bias=True))
+    assert not decoding.supports(llama(tok, hidden_act="gelu"))
+    scaled = {"rope_type": "linear", "factor": 2.0, "rope_theta": 10000.0}
+    assert not decoding.supports(llama(tok, rope_parameters=scaled))
+    hooked = llama(tok)
+    hooked.lm_head.register_forward_hook(lambda module, args, logits: logits + 1)
+    assert not decoding.supports(hooked), "a forward hook changes the function: the model's own forward runs it"
+
+
+@pytest.mark.parametrize("greedy", [False, True])
+def test_the_sampler_writes_the_same_with_either_forward(tok, monkeypatch, greedy):
+    """The committed model on addition: rows stop at different lengths, so finished rows leave the batch on the way.
+    The lean forward and the model's own (with transformers' cache) draw the same tokens with the same log-probs."""
+    model, tokenizer = load(PRETRAINED, device="cpu")
+    prompts = [f"{a}+{b}=" for a, b in zip(range(101, 999, 37), range(977, 100, -41))]  # 25 problems
+    prompts[3] = "7+5="  # and one row padded on the left
+    lean = sample(model, tokenizer, prompts, 50, greedy=greedy, seed=5)
+    monkeypatch.setattr(decoding, "supports", lambda model: False)
+    plain = sample(model, tokenizer, prompts, 50, greedy=greedy, seed=5)
+    lengths = lean.completion_mask.sum(1)
+    assert lengths.max() - lengths.min() >= 4, "rows should stop at different lengths, so that some leave early"
+    assert torch.equal(lean.completion_ids, plain.completion_ids) and lean.text == plain.text
+    torch.testing.assert_close(lean.logp, plain.logp, atol=2e-5, rtol=0)
+    recomputed = logprobs(model, lean.ids, lean.mask).detach()[:, lean.prompt_ids.shape[1] :]
+    torch.testing.assert_close(lean.logp, recomputed, atol=5e-5, rtol=0)
+
+
+def test_the_sampler_draws_what_a_plain_multinomial_loop_draws():
+    """Against the plainest sampler: every row through an uncached forward at every step, ``torch.multinomial`` on the
+    whole batch. Same generator, same tokens: leaving finished rows out changes neither the draws nor their order."""
+    model, tokenizer = load(PRETRAINED, device="cpu")
+    prompts = [f"{a}+{b}=" for a, b in zip(range(105, 999, 41), range(961, 100, -39))]
+    got = sample(model, tokenizer, prompts, 50, seed=11)
+    enc = tokenizer(prompts, padding=True, padding_side="left", return_tensors="pt")
+    ids, mask = enc["input_ids"], enc["attention_mask"].bool()
+    generator, done, eos = torch.Generator().manual_seed(11), torch.zeros(len(prompts), dtype=torch.bool), 2
+    for _ in range(50):
+        with torch.no_grad():
+            logits = model(input_ids=ids, attention_mask=mask.long(), position_ids=positions(mask)).logits[:, -1]
+        nxt = torch.multinomial(logits.softmax(-1), 1, generator=generator).squeeze(-1)
+        nxt = torch.where(done, tokenizer.pad_token_id, nxt)
+        ids, mask = torch.cat([ids, nxt[:, None]], 1), torch.cat([mask, torch.ones_like(mask[:, :1])], 1)
+        done |= nxt == eos
+        if done.all():
+            break
+    assert torch.equal(got.completion_ids, ids[:, enc["input_ids"].shape[1] :])
