@@ -3,9 +3,9 @@
 ``build_tokenizer`` and ``make_model`` build the course's character-level model; ``load`` and ``save`` handle it and
 any Hugging Face causal LM; ``tasks`` holds the verifiable problems; ``sample`` and ``logprobs`` are the policy's
 actions and their log-probs (``decoding`` is the sampler's lean forward); ``sft`` fine-tunes; ``rewards`` and
-``grpo`` are R1-Zero-style rule-based rewards and the GRPO trainer; ``evaluate`` scores held-out accuracy; ``pretrain`` makes the
-checkpoint at ``PRETRAINED`` that the later notebooks start from; ``runs`` saves and resumes training runs; ``real``
-turns SmolLM2-135M-Instruct's GGUF file into a checkpoint the same code trains.
+``grpo`` are R1-Zero-style rule-based rewards and the GRPO trainer; ``evaluate`` scores held-out accuracy;
+``pretrain`` makes the checkpoint at ``PRETRAINED`` that the later notebooks start from; ``runs`` saves and resumes
+training runs; ``real`` turns SmolLM2-135M-Instruct's GGUF file into a checkpoint the same code trains.
 
 Every name is imported on first use (PEP 562 ``__getattr__``): transformers takes seconds to import, and
 ``minirl --help`` or ``minirl train ppo`` should not pay for it.
