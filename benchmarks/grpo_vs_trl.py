@@ -61,6 +61,7 @@ import torch
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt
+from _floor import matmul_gflops
 from _stamp import RESULTS, stamp
 from datasets import Dataset
 from transformers import TrainerCallback
@@ -301,7 +302,24 @@ def assert_same_optimizer(clock: Clock, cfg: GRPOConfig) -> None:
     assert not mismatched, f"optimizer differs (TRL, minirl): {mismatched}"
 
 
-def run_minirl(cfg: GRPOConfig, task) -> dict:
+def weights_per_token(model) -> int:
+    """Multiply-adds of the matrix products per token of a forward pass: every linear layer's weights, LM head included
+    (the embedding lookup is not a product)."""
+    return sum(m.weight.numel() for m in model.modules() if isinstance(m, torch.nn.Linear))
+
+
+def floor_s(result, task, gflops: float) -> float:
+    """Seconds per step of the matrix products on real tokens alone, at ``gflops``: 2 FLOPs per weight per token for
+    sampling (a forward pass), 6 for training (forward and backward) on the rows that went through it. Padding,
+    attention scores and every other operation count zero, so no implementation gets below it."""
+    h, w = result.history, weights_per_token(result.model)
+    prompt = len(result.tokenizer(draw_problems(task, 1, 0, 0)[0].prompt)["input_ids"])  # bos + the characters
+    flops = sum(2 * w * 128 * (prompt + n) + 6 * w * live * (prompt + n)
+                for n, live in zip(h["length"], h["rows_computed"]))  # fmt: skip
+    return flops / gflops / 1e9 / len(h["length"])
+
+
+def run_minirl(cfg: GRPOConfig, task, gflops: float) -> dict:
     t0 = time.perf_counter()
     result = train(cfg)
     wall = time.perf_counter() - t0
@@ -316,10 +334,11 @@ def run_minirl(cfg: GRPOConfig, task) -> dict:
         "setup_s": wall - sample - update,
         "train_acc": h["accuracy"],
         "after": evaluate(result.model, result.tokenizer, task, n=EVAL_N, k=0).accuracy,
+        "floor_s": floor_s(result, task, gflops),
     }
 
 
-def run_trl(cfg: GRPOConfig, task) -> dict:
+def run_trl(cfg: GRPOConfig, task, gflops: float) -> dict:
     calls, sample_s, clock = [], [], Clock()
     with tempfile.TemporaryDirectory() as out_dir:
         t0 = time.perf_counter()
@@ -368,11 +387,12 @@ def main() -> None:
     before = evaluate(model, tokenizer, task, n=EVAL_N, k=0).accuracy
     print(f"untrained checkpoint: held-out accuracy {before:.3f}", flush=True)
 
+    gflops = matmul_gflops()
     t_start, rows = time.perf_counter(), []
     for seed in args.seeds:
         cfg = minirl_config(seed, args.steps)
         for run in (run_minirl, run_trl):
-            rows.append({**run(cfg, task), "before": before})
+            rows.append({**run(cfg, task, gflops), "before": before})
             r = rows[-1]
             print(
                 f"{r['library']} seed {seed}: {r['step_s']:.2f} s/step (sample {r['sample_s']:.2f}, "
@@ -380,11 +400,11 @@ def main() -> None:
                 f"{[round(a, 2) for a in r['train_acc']]}, held-out {before:.3f} -> {r['after']:.3f}",
                 flush=True,
             )
-    write_table(rows, args, time.perf_counter() - t_start)
+    write_table(rows, args, time.perf_counter() - t_start, gflops)
     plot(rows, args)
 
 
-def write_table(rows: list[dict], args, total_s: float) -> None:
+def write_table(rows: list[dict], args, total_s: float, gflops: float) -> None:
     libs = ("minirl", "TRL")
     med = {
         lib: {k: statistics.median(r[k] for r in rows if r["library"] == lib) for k in ("step_s", "after")}
@@ -417,6 +437,10 @@ def write_table(rows: list[dict], args, total_s: float) -> None:
         f"ratio minirl / TRL = **{ratio:.2f}x** (target 0.5x at equal or better accuracy: {verdict}). "
         f"Median held-out accuracy after training: minirl {med['minirl']['after']:.3f}, "
         f"TRL {med['TRL']['after']:.3f} (untrained {rows[0]['before']:.3f}).",
+        f"Floor: the matrix products on real tokens alone at this CPU's speed for one 512 x 512 product "
+        f"({gflops:.0f} GFLOP/s, one thread), 2 FLOPs per weight per token sampled and 6 per token trained on (of "
+        f"the rows minirl computed): median {statistics.median(r['floor_s'] for r in rows if 'floor_s' in r):.2f} "
+        "s/step. Padding, attention scores and all other operations count zero.",
         "minirl's sample and train times are its history's `sample_s` and `train_s`; TRL's sample time is spent in "
         "`_generate_and_score_completions` (generation, reward, advantages), its train time is the rest of its loop "
         "(from `on_train_begin` to `on_train_end`). Setup: loading the model and building the trainer (for minirl, "
