@@ -2,8 +2,8 @@
 
 transformers' forward is general: it builds a 4-D mask, looks up an attention function, grows its KV cache by
 concatenation and runs three projections where one would do. For the course's 0.87M-parameter model that machinery
-costs more than the arithmetic: a 128-row decoding step spends about two thirds of its time outside the matrix
-products. ``LlamaDecoder`` computes the same function with the fewest operations:
+is a good part of a sampling call (with finished rows leaving the batch as well, a GRPO batch of 16 x 8 completions
+took 0.49 s here instead of 0.64 s). ``LlamaDecoder`` computes the same function with fewer operations:
 
 - q, k and v come from one matrix product with the three weights stacked, gate and up from another;
 - the KV cache is preallocated for the whole completion and written in place, one column per step;
@@ -11,10 +11,10 @@ products. ``LlamaDecoder`` computes the same function with the fewest operations
   all of its completion tokens so far, as ``sample`` does, and a finished row's output is never read.
 
 It reads the weights when it is built (``sample`` builds one per call), never copies the model's math into a second
-set of parameters, and runs only where it computes exactly transformers' Llama: ``supports(model)`` says when (a
-``LlamaForCausalLM`` with default rotary embeddings, no biases, SiLU and no forward hooks; the course's model and
-SmolLM2 qualify).
-``tests/test_lm_decoding.py`` checks its logits against the model's own forward, with and without padding.
+set of parameters, and runs only where it computes transformers' Llama (up to float rounding): ``supports(model)``
+says when (a ``LlamaForCausalLM`` with default rotary embeddings, no biases, SiLU and no forward hooks; the course's
+model and SmolLM2 qualify). ``tests/test_lm_decoding.py`` checks its logits against the model's own forward, with and
+without padding.
 
 Shapes
     B   rows, T   tokens in this call (the prompt, then 1), S   positions cached so far
@@ -90,8 +90,8 @@ class LlamaDecoder:
         """softmax(q k^T / sqrt(D)) v (Vaswani et al. 2017), the H / K query heads of a group sharing one key head.
 
         q: (B, H, T, D); k, v: (B, K, S, D); mask: None, (B, 1, 1, S) or (B, 1, T, S) True where attended.
-        Returns (B, H, T, D). One new token (T = 1) takes two batched matrix products: torch's fused attention
-        kernel is made for long queries, and took 0.9 ms per call here where these take a tenth of that."""
+        Returns (B, H, T, D). One new token (T = 1) takes two batched matrix products: under the profiler torch's
+        fused attention kernel took 0.90 ms per call on 128 rows here, and these two 0.75 ms together."""
         B, H, T, D = q.shape
         if T > 1:
             return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, enable_gqa=self.K != H)
