@@ -232,8 +232,8 @@ def sample(
             pos = pos[:, -1:] + 1  # (B', 1)
             running = ~done[live]  # (B',)
             # Rows that wrote their eos only pad from now on. Once a quarter of the computed rows have finished,
-            # they leave the batch (and the cache): a step then costs what its running rows cost. Leaving more
-            # rarely saves little, since the cache is copied each time.
+            # they leave the batch (and the cache): a step then costs what its running rows cost. Each leaving copies
+            # the cache, so rows leave in groups rather than one eos at a time.
             if running.sum() <= 0.75 * len(live):
                 forward.select(running.nonzero().squeeze(-1))
                 live, pos = live[running], pos[running]
