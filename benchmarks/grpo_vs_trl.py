@@ -51,6 +51,7 @@ Writes ``benchmarks/results/grpo_vs_trl.md`` and ``figures/benchmark_grpo_vs_trl
 """
 
 import argparse
+import functools
 import inspect
 import statistics
 import tempfile
@@ -313,8 +314,9 @@ def floor_s(result, task, gflops: float) -> float:
     sampling (a forward pass), 6 for training (forward and backward) on the rows that went through it. Padding,
     attention scores and every other operation count zero, so no implementation gets below it."""
     h, w = result.history, weights_per_token(result.model)
+    rows = result.config.prompts_per_step * result.config.group_size  # sampled per step
     prompt = len(result.tokenizer(draw_problems(task, 1, 0, 0)[0].prompt)["input_ids"])  # bos + the characters
-    flops = sum(2 * w * 128 * (prompt + n) + 6 * w * live * (prompt + n)
+    flops = sum(2 * w * rows * (prompt + n) + 6 * w * live * (prompt + n)
                 for n, live in zip(h["length"], h["rows_computed"]))  # fmt: skip
     return flops / gflops / 1e9 / len(h["length"])
 
@@ -338,7 +340,7 @@ def run_minirl(cfg: GRPOConfig, task, gflops: float) -> dict:
     }
 
 
-def run_trl(cfg: GRPOConfig, task, gflops: float) -> dict:
+def run_trl(cfg: GRPOConfig, task) -> dict:
     calls, sample_s, clock = [], [], Clock()
     with tempfile.TemporaryDirectory() as out_dir:
         t0 = time.perf_counter()
@@ -391,8 +393,8 @@ def main() -> None:
     t_start, rows = time.perf_counter(), []
     for seed in args.seeds:
         cfg = minirl_config(seed, args.steps)
-        for run in (run_minirl, run_trl):
-            rows.append({**run(cfg, task, gflops), "before": before})
+        for run in (functools.partial(run_minirl, gflops=gflops), run_trl):
+            rows.append({**run(cfg, task), "before": before})
             r = rows[-1]
             print(
                 f"{r['library']} seed {seed}: {r['step_s']:.2f} s/step (sample {r['sample_s']:.2f}, "

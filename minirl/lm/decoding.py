@@ -27,7 +27,7 @@ from transformers import LlamaForCausalLM
 
 
 def supports(model) -> bool:
-    """True when ``LlamaDecoder`` computes exactly what ``model`` does."""
+    """True when ``LlamaDecoder`` computes what ``model``'s own forward does (up to float rounding)."""
     if type(model) is not LlamaForCausalLM:  # a subclass may change the forward
         return False
     if any(m._forward_hooks or m._forward_pre_hooks for m in model.modules()):  # a hook would be skipped here

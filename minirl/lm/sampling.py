@@ -128,18 +128,19 @@ class _CachedForward:
     those rows of the batch, as ``decoding.LlamaDecoder`` does."""
 
     def __init__(self, model, prompt_mask: torch.Tensor):
-        self.model, self.cache = model, {cache_kwarg(model): DynamicCache(config=model.config)}
-        self.attn = None  # (B, P + t): the prompts' padding mask, then every completion token
-        self.prompt_mask = prompt_mask
+        self.model, self.kwarg = model, cache_kwarg(model)
+        self.cache = DynamicCache(config=model.config)  # filled in place by every forward
+        self.attn = prompt_mask.long()  # (B, P + t): the prompts' padding mask, then every token fed after them
 
     def __call__(self, ids: torch.Tensor, pos: torch.Tensor) -> torch.Tensor:
-        ones = torch.ones_like(self.prompt_mask[:, :1], dtype=torch.long)
-        self.attn = self.prompt_mask.long() if self.attn is None else torch.cat([self.attn, ones[: len(ids)]], dim=1)
-        out = self.model(input_ids=ids, attention_mask=self.attn, position_ids=pos, use_cache=True, **self.cache)
+        if self.cache.get_seq_length():  # past the prompt, which the mask holds already: one new token per call
+            self.attn = torch.cat([self.attn, torch.ones_like(self.attn[:, :1])], dim=1)
+        out = self.model(input_ids=ids, attention_mask=self.attn, position_ids=pos, use_cache=True,
+                         **{self.kwarg: self.cache})  # fmt: skip
         return out.logits[:, -1]
 
     def select(self, rows: torch.Tensor) -> None:
-        self.cache[cache_kwarg(self.model)].batch_select_indices(rows)
+        self.cache.batch_select_indices(rows)
         self.attn = self.attn[rows]
 
 
