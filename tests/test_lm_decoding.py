@@ -8,6 +8,12 @@ from minirl.lm import PRETRAINED, build_tokenizer, decoding, load, logprobs, sam
 from minirl.lm.sampling import positions
 
 PROMPTS = ["1+1=", "347+585=", "9", "sort 42 7 88 15="]
+# sums of 1, 2 and 3 digits for the committed model, which learned 3-digit sums: its completions stop anywhere from
+# about 10 to 50 tokens at temperature T, so rows leave the batch early, while the others still have most of their
+# tokens to write (reversing the kept rows in ``select`` changed 11 of the 22 rows)
+T = 1.5
+MIXED = [f"{a % 10}+{b % 10}=" if i % 3 == 1 else f"{a % 90 + 10}+{b % 90 + 10}=" if i % 3 == 2 else f"{a}+{b}="
+         for i, (a, b) in enumerate(zip(range(105, 999, 41), range(961, 100, -39)))]  # fmt: skip
 
 
 @pytest.fixture(scope="module")
@@ -84,21 +90,36 @@ def test_supports_only_what_it_computes(tok):
     assert not decoding.supports(hooked), "a forward hook changes the function: the model's own forward runs it"
 
 
+def same_rows(a: torch.Tensor, b: torch.Tensor, pad: int) -> torch.Tensor:
+    """(B,) True where two (B, C) completions agree token for token (the shorter padded with ``pad``).
+
+    Two forwards that differ in float rounding (1e-5 here) can, rarely, draw another token where a draw falls on a
+    boundary between two, or break a near-tie under greedy. A row that diverges stays apart (its noise is its own), so
+    the tests below allow one such row in 22 and check all the others token for token; a wrong row mapping would
+    scramble many."""
+    width = max(a.shape[1], b.shape[1])
+    a, b = (torch.nn.functional.pad(x, (0, width - x.shape[1]), value=pad) for x in (a, b))
+    return (a == b).all(dim=1)
+
+
 @pytest.mark.parametrize("greedy", [False, True])
 def test_the_sampler_writes_the_same_with_either_forward(tok, monkeypatch, greedy):
-    """The committed model on addition: rows stop at different lengths, so finished rows leave the batch on the way.
-    The lean forward and the model's own (with transformers' cache) draw the same tokens with the same log-probs."""
+    """The committed model on sums of 1 to 3 digits: rows stop at different lengths, so finished rows leave the batch
+    on the way. The lean forward and the model's own (with transformers' cache) draw the same tokens with the same
+    log-probs."""
     model, tokenizer = load(PRETRAINED, device="cpu")
-    prompts = [f"{a}+{b}=" for a, b in zip(range(101, 999, 37), range(977, 100, -41))]  # 25 problems
-    prompts[3] = "7+5="  # and one row padded on the left
-    lean = sample(model, tokenizer, prompts, 50, greedy=greedy, seed=5)
+    prompts = MIXED  # left-padded to the longest
+    lean = sample(model, tokenizer, prompts, 50, temperature=T, greedy=greedy, seed=11)
     monkeypatch.setattr(decoding, "supports", lambda model: False)
-    plain = sample(model, tokenizer, prompts, 50, greedy=greedy, seed=5)
+    plain = sample(model, tokenizer, prompts, 50, temperature=T, greedy=greedy, seed=11)
     lengths = lean.completion_mask.sum(1)
-    assert lengths.max() - lengths.min() >= 4, "rows should stop at different lengths, so that some leave early"
-    assert torch.equal(lean.completion_ids, plain.completion_ids) and lean.text == plain.text
-    torch.testing.assert_close(lean.logp, plain.logp, atol=2e-5, rtol=0)
-    recomputed = logprobs(model, lean.ids, lean.mask).detach()[:, lean.prompt_ids.shape[1] :]
+    assert greedy or lengths.max() - lengths.min() >= 20, "sampled rows should stop far apart, some leaving early"
+    same = same_rows(lean.completion_ids, plain.completion_ids, tokenizer.pad_token_id)  # (B,)
+    assert same.sum() >= len(prompts) - 1, same
+    assert [t for t, s in zip(lean.text, same) if s] == [t for t, s in zip(plain.text, same) if s]
+    if lean.logp.shape == plain.logp.shape:
+        torch.testing.assert_close(lean.logp[same], plain.logp[same], atol=2e-5, rtol=0)
+    recomputed = logprobs(model, lean.ids, lean.mask, temperature=T).detach()[:, lean.prompt_ids.shape[1] :]
     torch.testing.assert_close(lean.logp, recomputed, atol=5e-5, rtol=0)
 
 
@@ -106,18 +127,19 @@ def test_the_sampler_draws_what_a_plain_multinomial_loop_draws():
     """Against the plainest sampler: every row through an uncached forward at every step, ``torch.multinomial`` on the
     whole batch. Same generator, same tokens: leaving finished rows out changes neither the draws nor their order."""
     model, tokenizer = load(PRETRAINED, device="cpu")
-    prompts = [f"{a}+{b}=" for a, b in zip(range(105, 999, 41), range(961, 100, -39))]
-    got = sample(model, tokenizer, prompts, 50, seed=11)
+    prompts = MIXED
+    got = sample(model, tokenizer, prompts, 50, temperature=T, seed=11)
     enc = tokenizer(prompts, padding=True, padding_side="left", return_tensors="pt")
     ids, mask = enc["input_ids"], enc["attention_mask"].bool()
     generator, done, eos = torch.Generator().manual_seed(11), torch.zeros(len(prompts), dtype=torch.bool), 2
     for _ in range(50):
         with torch.no_grad():
             logits = model(input_ids=ids, attention_mask=mask.long(), position_ids=positions(mask)).logits[:, -1]
-        nxt = torch.multinomial(logits.softmax(-1), 1, generator=generator).squeeze(-1)
+        nxt = torch.multinomial((logits / T).softmax(-1), 1, generator=generator).squeeze(-1)
         nxt = torch.where(done, tokenizer.pad_token_id, nxt)
         ids, mask = torch.cat([ids, nxt[:, None]], 1), torch.cat([mask, torch.ones_like(mask[:, :1])], 1)
         done |= nxt == eos
         if done.all():
             break
-    assert torch.equal(got.completion_ids, ids[:, enc["input_ids"].shape[1] :])
+    same = same_rows(got.completion_ids, ids[:, enc["input_ids"].shape[1] :], tokenizer.pad_token_id)  # (B,)
+    assert same.sum() >= len(prompts) - 1, same
