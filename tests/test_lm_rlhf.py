@@ -159,19 +159,24 @@ def test_memory_table_counts_what_is_trained():
     assert saved > 0 and none == 0  # inference keeps no activations for a backward pass
 
 
-LEARN = dict(steps=20, eval_every=20, eval_n=200, beta=0.05, device="cpu", seed=0, threads=1)
-MARGIN = 0.08  # measured: +17 points (35.0% -> 52.0%); the score-on-every-token twin fell to 21.5%
+# The verifier's 0/1 score is on another scale than the reward model the critic starts from; value clipping (0.2 per
+# update) held the critic back so long that the gain swung with the seed (+18, +18, +13, +4 points on seeds 0-3).
+# Without it, measured on seeds 0-5 (500 held-out problems, from 34.2%): +14.0, +11.2, +19.8, +15.0, +8.6, +15.2 points;
+# the misaligned twin below: -9.2, -2.6, -8.8 on seeds 0-2.
+LEARN = dict(steps=20, eval_every=20, eval_n=500, beta=0.05, value_clip=None, device="cpu", seed=0, threads=1)
+MARGIN = 0.05
 
 
 def learning_run(monkeypatch=None, sabotage: bool = False) -> tuple[float, float]:
     """PPO with all four models from the course's checkpoints, the verifier's accuracy as the eos score (a learned
     reward model is a proxy that PPO exploits, see notebook 09); the critic starts from the committed reward model."""
-    if sabotage:  # a realistic bug: the score broadcast onto every completion token instead of only the eos
+    if sabotage:  # a realistic bug: the scores shifted by one row, so each completion is rewarded for its neighbour
+        token_rewards = rlhf.token_rewards
 
-        def every_token(score, logp, ref_logp, mask, ended, beta):
-            return -beta * rlhf.kl(logp, ref_logp, "k1") * mask + score[:, None] * mask
+        def misaligned(score, logp, ref_logp, mask, ended, beta):
+            return token_rewards(score.roll(1), logp, ref_logp, mask, ended, beta)
 
-        monkeypatch.setattr(rlhf, "token_rewards", every_token)
+        monkeypatch.setattr(rlhf, "token_rewards", misaligned)
     task = rlhf.get_task("addition")
     result = rlhf.train(rlhf.RLHFConfig(**LEARN), reward_fn=rlhf.rw.accuracy_reward(task))
     return result.evals[0]["heldout_accuracy"], result.evals[-1]["heldout_accuracy"]
