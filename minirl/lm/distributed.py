@@ -107,6 +107,15 @@ def wrap(model: torch.nn.Module) -> torch.nn.Module:
     return DistributedDataParallel(model, device_ids=[dev] if dev.type == "cuda" else None)
 
 
+def no_sync(model: torch.nn.Module, skip: bool):
+    """A context in which ``backward`` only accumulates gradients, without DDP's averaging over processes, when
+    ``skip``; a no-op otherwise and with W = 1. For a batch trained in pieces: every piece but the last skips, and the
+    last averages what all of them accumulated."""
+    if skip and isinstance(model, DistributedDataParallel):
+        return model.no_sync()
+    return contextlib.nullcontext()
+
+
 def all_sum(x: torch.Tensor) -> torch.Tensor:
     """``x`` summed over processes (a new tensor; ``x`` itself with W = 1)."""
     if world_size() == 1:

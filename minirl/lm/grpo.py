@@ -65,7 +65,9 @@ class GRPOResult:
 
 
 __all__ = ["GRPOConfig", "GRPOResult", "check_config", "denominator_share", "draw_problems", "grpo_loss",
-           "reward_parts", "train"]  # fmt: skip
+           "length_chunks", "reward_parts", "train"]  # fmt: skip
+
+CHUNK_ROWS = 32  # rows per training forward (``length_chunks``)
 
 CAUSES = (
     "a learning rate too high (lr), a reward that is NaN, inf or huge, a starting checkpoint with non-finite "
@@ -136,6 +138,19 @@ def denominator_share(cmask: torch.Tensor, live: torch.Tensor, loss_agg: str) ->
     if loss_agg == "token-mean":
         return (cmask[live].sum() / cmask.sum()).item()
     return live.float().mean().item()
+
+
+def length_chunks(cmask: torch.Tensor, rows: int = CHUNK_ROWS) -> list[torch.Tensor]:
+    """The rows of a batch sorted by completion length and cut into chunks of about ``rows``: (B_j,) row indices each.
+
+    Args:
+        cmask: (B, C) completion mask, True from column 0 to each row's eos.
+
+    A chunk then needs only as many columns as its longest completion; the rest of the batch's padding is never
+    computed.
+    """
+    order = cmask.sum(dim=1).argsort(stable=True)  # (B,) shortest first
+    return list(order.tensor_split(max(1, math.ceil(len(order) / rows))))
 
 
 def draw_problems(task, n: int, seed: int, step: int) -> list[Problem]:
@@ -258,50 +273,66 @@ def train(
         P = smp.prompt_ids.shape[1]
         b_ids, b_mask = smp.ids[live], smp.mask[live]  # (B'', L)
         b_cmask, b_old_logp, b_adv = smp.completion_mask[live], smp.logp[live], adv[live]  # (B'', C), (B'', C), (B'',)
-        b_ref_logp = None
-        if ref_model is not None and len(live):
-            with torch.no_grad(), distributed.autocast(device):
-                b_ref_logp = logprobs(ref_model, b_ids, b_mask, cfg.temperature)[:, P:]  # (B'', C)
+        # The rows go through the model in chunks of similar completion length, each cut to its own longest
+        # completion: the padding after short completions is never computed (on a 128-row batch of addition here,
+        # 13% of the tokens and 17% of the time of a forward and backward pass). The loss sums over rows (or tokens)
+        # and divides by the whole batch's count, so each chunk's loss is scaled by its share of that count: the
+        # chunks' losses add up to the batch's loss, and their backward passes to its gradient.
+        chunks = []  # per chunk: (rows, completion columns, share of the denominator, log pi_ref or None)
+        for rows_j in length_chunks(b_cmask, CHUNK_ROWS) if len(live) else []:
+            C_j = int(b_cmask[rows_j].sum(dim=1).max())
+            in_j = torch.zeros(len(live), dtype=torch.bool, device=device)
+            in_j[rows_j] = True
+            ref_j = None
+            if ref_model is not None:
+                with torch.no_grad(), distributed.autocast(device):
+                    ref_j = logprobs(ref_model, b_ids[rows_j, : P + C_j], b_mask[rows_j, : P + C_j], cfg.temperature)
+                ref_j = ref_j[:, P:]  # (B_j, C_j)
+            chunks.append((rows_j, C_j, denominator_share(b_cmask, in_j, cfg.loss_agg), ref_j))
 
         # --- update: mu gradient steps on the batch, reusing the old log-probs ---
         sums = []  # per iteration: the loss / W, then clip, kl_old and kl_ref summed over this process's tokens, tokens
         model.train()
         for _ in range(cfg.iterations if n_rows else 0):  # nothing kept by any process: no update this step
             optimizer.zero_grad(set_to_none=True)
-            if len(live):
-                with distributed.autocast(device):  # bf16 on a GPU: ratios start at 1 only up to its rounding
-                    logp = logprobs(ddp_model, b_ids, b_mask, cfg.temperature)[:, P:]  # (B'', C)
-                _validate.check_finite(step + 1, CAUSES, **{"the policy's log-probs": logp})
-                loss = share * grpo_loss(
-                    logp,
-                    b_old_logp,
-                    b_adv,
-                    b_cmask,
-                    b_ref_logp,
-                    cfg.beta,
-                    cfg.clip_low,
-                    cfg.clip_high,
-                    cfg.loss_agg,
-                    max_new,
-                )
-                _validate.check_finite(step + 1, CAUSES, loss=loss)
-                loss.backward()
-            else:  # every advantage of every process is 0: a zero gradient, on which AdamW still applies its momentum
-                for p in model.parameters():
+            tally = torch.zeros(5, device=device)  # the loss / W, then clip, kl_old, kl_ref summed over tokens, tokens
+            for j, (rows_j, C_j, share_j, ref_j) in enumerate(chunks):
+                cols = P + C_j
+                with distributed.no_sync(ddp_model, skip=j < len(chunks) - 1):  # DDP averages after the last chunk
+                    with distributed.autocast(device):  # bf16 on a GPU: ratios start at 1 only up to its rounding
+                        logp = logprobs(ddp_model, b_ids[rows_j, :cols], b_mask[rows_j, :cols], cfg.temperature)
+                    logp = logp[:, P:]  # (B_j, C_j)
+                    _validate.check_finite(step + 1, CAUSES, **{"the policy's log-probs": logp})
+                    old_j, cmask_j = b_old_logp[rows_j, :C_j], b_cmask[rows_j, :C_j]  # (B_j, C_j) each
+                    loss = (share * share_j) * grpo_loss(
+                        logp,
+                        old_j,
+                        b_adv[rows_j],
+                        cmask_j,
+                        ref_j,
+                        cfg.beta,
+                        cfg.clip_low,
+                        cfg.clip_high,
+                        cfg.loss_agg,
+                        max_new,
+                    )
+                    _validate.check_finite(step + 1, CAUSES, loss=loss)
+                    loss.backward()
+                with torch.no_grad():  # summed here and over processes at the log: no device sync per chunk
+                    m = cmask_j.to(logp.dtype) * (not idle)  # (B_j, C_j); the weight-0 row of an idle process counts 0
+                    frac = clip_fraction(logp, old_j, cfg.clip_low, cfg.clip_high)  # (B_j, C_j)
+                    ref_kl = kl(logp, ref_j, "k3") if ref_j is not None else torch.zeros_like(logp)  # (B_j, C_j)
+                    old_kl = kl(old_j, logp, "k3")  # (B_j, C_j)
+                    tally += torch.stack([loss.detach() / world, *((x * m).sum() for x in (frac, old_kl, ref_kl, m))])
+            if not len(live):  # every advantage of every process is 0: a zero gradient, on which AdamW still applies
+                for p in model.parameters():  # its momentum
                     p.grad = torch.zeros_like(p)
             grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.max_grad_norm)  # before clipping
             _validate.check_finite(step + 1, CAUSES, gradient_norm=grad_norm)
             optimizer.step()
             _validate.check_finite_parameters(model, step + 1, CAUSES)  # so no checkpoint ever holds NaN or inf
-            if not len(live):
-                continue
-            with torch.no_grad():  # summed here and over processes at the log: no device sync per iteration
-                m = b_cmask.to(logp.dtype) * (not idle)  # (B'', C); the weight-0 row of an idle process counts 0
-                frac = clip_fraction(logp, b_old_logp, cfg.clip_low, cfg.clip_high)  # (B'', C)
-                ref_kl = kl(logp, b_ref_logp, "k3") if b_ref_logp is not None else torch.zeros_like(logp)  # (B'', C)
-                old_kl = kl(b_old_logp, logp, "k3")  # (B'', C)
-                sums.append(torch.stack([loss.detach() / world, *((x * m).sum() for x in (frac, old_kl, ref_kl)),
-                                         m.sum()]))  # fmt: skip
+            if len(live):
+                sums.append(tally)
         model.eval()
         t2 = time.perf_counter()
 
