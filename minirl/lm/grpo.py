@@ -16,6 +16,8 @@ with k3 = pi_ref/pi_theta - 1 - log(pi_ref/pi_theta) per token (Eq. 4). ``loss_a
 A group whose rewards are all equal has A_i = 0 on every row, and with beta = 0 such rows add exactly nothing to the
 loss or its gradient; the trainer leaves them out of the forward and backward passes and keeps the denominators of
 the whole batch (``denominator_share``), so the update is the same and a step gets cheaper as more groups agree.
+The rows that remain go through the model in chunks of similar completion length (``length_chunks``), each cut to
+its longest completion, so that the padding after short completions is never computed.
 
 Under ``torchrun`` (``minirl.lm.distributed``) each of W processes takes N / W prompts with their whole groups and
 samples its own completions; the rewards are gathered, so group statistics and the log are those of all W * N groups,
