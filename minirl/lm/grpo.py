@@ -142,7 +142,7 @@ def denominator_share(cmask: torch.Tensor, live: torch.Tensor, loss_agg: str) ->
     return live.float().mean().item()
 
 
-def length_chunks(cmask: torch.Tensor, rows: int = CHUNK_ROWS) -> list[torch.Tensor]:
+def length_chunks(cmask: torch.Tensor, rows: int) -> list[torch.Tensor]:
     """The rows of a batch sorted by completion length and cut into chunks of about ``rows``: (B_j,) row indices each.
 
     Args:
