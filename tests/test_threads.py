@@ -6,6 +6,7 @@ Each case runs in a fresh interpreter: OpenMP reads ``OMP_WAIT_POLICY`` once, wh
 import os
 import subprocess
 import sys
+import time
 
 import pytest
 
@@ -47,3 +48,32 @@ def test_use_threads_sets_the_count_or_keeps_a_safe_one(monkeypatch):
         assert course.use_threads(0) == 1
     finally:
         torch.set_num_threads(before)
+
+
+STAT = "cpu  {all}\ncpu0 {c0}\ncpu1 {c1}\nintr 1 2 3\n"  # /proc/stat: user nice system idle iowait irq softirq steal
+
+
+def test_busy_cores_counts_the_time_each_cpu_was_not_idle():
+    from minirl.course import busy_cores
+
+    before = STAT.format(all="0 " * 10, c0="100 0 50 1000 10 0 0 0 0 0", c1="100 0 0 1000 0 0 0 0 0 0")
+    # 100 ticks later: cpu0 spent them all in user and system, cpu1 half in user and half idle or waiting on disk
+    after = STAT.format(all="9 " * 10, c0="180 0 70 1000 10 0 0 0 0 0", c1="150 0 0 1040 10 0 0 0 0 0")
+    assert busy_cores(before, after, {0, 1}) == pytest.approx(1.5)
+    assert busy_cores(before, after, {1}) == pytest.approx(0.5)  # only the CPUs this process may use count
+    assert busy_cores(before, before, {0, 1}) == 0.0  # no time passed: nothing was busy
+
+
+@pytest.mark.skipif(CORES < 2 or not os.path.exists("/proc/stat"), reason="needs Linux and 2 cores")
+def test_threads_leaves_a_busy_core_to_its_program():
+    import minirl.course as course
+
+    spin = subprocess.Popen([sys.executable, "-c", "while True: pass"])
+    try:
+        time.sleep(0.5)  # the interpreter has started and spins
+        assert course.idle_cores() <= CORES - 0.7
+        if course.PASSIVE_WAIT:
+            assert course.threads() <= CORES - 1
+    finally:
+        spin.kill()
+        spin.wait()
