@@ -225,3 +225,16 @@ def test_batch_logp_and_values_are_the_policys_on_the_stored_rows():
             dist = policy.distribution(batch.obs[t], normalized=True)
             torch.testing.assert_close(batch.logp[t], policy.log_prob(dist, batch.act[t]), rtol=1e-5, atol=1e-5)
             torch.testing.assert_close(batch.val[t], policy.value(batch.obs[t], normalized=True), rtol=1e-5, atol=1e-5)
+
+
+def test_discrete_log_prob_is_categoricals():
+    policy = Policy(PolicySpec(obs_dim=3, act_dim=4, discrete=True))
+    obs = torch.randn(50, 3) * 3
+    act = torch.randint(0, 4, (50,))
+    dist = policy.distribution(obs)
+    torch.testing.assert_close(policy.log_prob(dist, act), dist.log_prob(act), rtol=0, atol=0)
+    logp = policy.log_prob(dist, act)  # and the gradient: the same graph up to the last gather
+    grad = torch.autograd.grad(logp.sum(), list(policy.actor.parameters()))
+    expected = torch.autograd.grad(policy.distribution(obs).log_prob(act).sum(), list(policy.actor.parameters()))
+    for g, e in zip(grad, expected, strict=True):
+        torch.testing.assert_close(g, e, rtol=0, atol=0)
