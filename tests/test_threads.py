@@ -77,3 +77,16 @@ def test_threads_leaves_a_busy_core_to_its_program():
     finally:
         spin.kill()
         spin.wait()
+
+
+def test_threads_uses_every_core_where_idle_cores_cannot_be_measured(monkeypatch):
+    import minirl.course as course
+
+    monkeypatch.delattr(os, "sched_getaffinity", raising=False)  # as on macOS
+    monkeypatch.setattr(os, "cpu_count", lambda: 6)
+    assert course._cpus() == set(range(6))
+    monkeypatch.setattr(course, "idle_cores", lambda interval=0.2: None)  # no /proc/stat
+    monkeypatch.setattr(course, "PASSIVE_WAIT", True)
+    assert course.threads() == 6
+    monkeypatch.setattr(course, "PASSIVE_WAIT", False)
+    assert course.threads() == 1
