@@ -78,6 +78,18 @@ def test_async_envs_give_the_same_run_as_sync():
     assert torch.equal(flat_params(sync.policy), flat_params(asynchronous.policy))
 
 
+@pytest.mark.parametrize("target_kl, epochs_run", [(None, 5), (1e-9, 1)])
+def test_target_kl_stops_the_epochs(monkeypatch, target_kl, epochs_run):
+    """4 minibatches per epoch, 5 epochs: every epoch runs without target_kl; with a tiny one the first epoch's KL
+    (its later minibatches have moved) already passes it, and the update stops there."""
+    steps = []
+    adam_step = torch.optim.Adam.step
+    monkeypatch.setattr(torch.optim.Adam, "step", lambda self, *a, **k: steps.append(1) or adam_step(self, *a, **k))
+    cfg = ppo.PPOConfig(total_steps=512, num_envs=2, n_steps=128, minibatch_size=64, epochs=5, target_kl=target_kl)
+    ppo.train(cfg)
+    assert len(steps) == 2 * 4 * epochs_run  # 2 updates of 256 transitions
+
+
 def test_bad_config_names_the_problem():
     with pytest.raises(ValueError, match="baseline must be one of"):
         reinforce.train(reinforce.REINFORCEConfig(baseline="critic"))
