@@ -148,10 +148,11 @@ def train(cfg: PPOConfig, progress: bool = False) -> TrainResult:
                     check_gradient(step, grad_norm)  # stop before a NaN reaches the parameters
                     optimizer.step()
 
-                    with torch.no_grad():  # read once per update, not per minibatch
-                        logged = {"pg_loss": pg_loss, "v_loss": v_loss.mean(), "entropy": mean_entropy(policy, dist)}
-                    for key, value in (logged | {"grad_norm": grad_norm}).items():
-                        stats[key].append(value.detach())
+                    with torch.no_grad():
+                        logged = {"pg_loss": pg_loss, "v_loss": v_loss.mean(), "entropy": mean_entropy(policy, dist),
+                                  "grad_norm": grad_norm}  # fmt: skip
+                    for key, value in logged.items():
+                        stats[key].append(value.detach())  # read once per update, not per minibatch
                     seen_logp.append(logp.detach())
                     seen_old_logp.append(old_logp)
                 if cfg.target_kl is not None:
