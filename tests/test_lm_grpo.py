@@ -272,6 +272,32 @@ def test_the_old_copy_survives_while_it_is_the_only_complete_one(tiny, tmp_path)
     assert len(resumed.history) == 3 and runs.load_run(out).step == 3 and not (out / ".checkpoint.old").exists()
 
 
+def test_the_schedule_sets_the_lr_of_every_step(tiny):
+    cfg = tiny_cfg(tiny, accuracy_weight=0.0, steps=4, lr=1e-3, schedule="cosine", warmup_steps=2)
+    lrs = grpo.train(cfg, reward_fn=length_reward).history["lr"]
+    # warm-up 1/2, 2/2 of lr; then the cosine from lr at progress 0 to 0.1 + 0.9 * (1 + cos(pi / 2)) / 2 = 0.55 of lr
+    assert lrs == pytest.approx([5e-4, 1e-3, 1e-3, 5.5e-4], rel=1e-12)
+    assert grpo.train(tiny_cfg(tiny, accuracy_weight=0.0), reward_fn=length_reward).history["lr"] == [1e-4, 1e-4]
+
+
+@pytest.mark.parametrize("warmup_steps, applied", [(0, 1e-3), (2, 5e-4)])
+def test_the_optimizer_steps_with_the_schedules_lr(tiny, warmup_steps, applied):
+    # AdamW's first step moves every parameter by lr * g / (|g| + eps) (no weight decay): by lr wherever |g| >> eps
+    cfg = tiny_cfg(tiny, accuracy_weight=0.0, steps=1, lr=1e-3, warmup_steps=warmup_steps)
+    before = grpo.load(tiny, device="cpu")[0].state_dict()
+    after = grpo.train(cfg, reward_fn=length_reward).model.state_dict()
+    moved = max(float((after[k] - before[k]).abs().max()) for k in before)
+    assert moved == pytest.approx(applied, rel=1e-3)
+
+
+def test_a_cosine_run_may_not_change_its_steps_on_resume(tiny, tmp_path):
+    out = tmp_path / "run"
+    grpo.train(tiny_cfg(tiny, out=str(out), accuracy_weight=0.0, schedule="cosine"), reward_fn=length_reward)
+    with pytest.raises(ValueError, match="change the training math: steps"):
+        grpo.train(tiny_cfg(tiny, out=str(out), resume=True, steps=3, accuracy_weight=0.0, schedule="cosine"))
+    assert runs.load_run(out).step == 2 and grpo.free_settings(tiny_cfg(tiny)) == runs.FREE
+
+
 @pytest.mark.parametrize(
     "change, fields",
     [
@@ -427,6 +453,8 @@ def test_dropping_and_masking_leave_nothing_to_train_on(tiny):
         (dict(mask_truncated=1), TypeError, "mask_truncated must be True or False"),
         (dict(steps=2.5), TypeError, "steps must be an integer"),
         (dict(resume=True), ValueError, "resume=True needs out"),
+        (dict(schedule="linear"), ValueError, "schedule must be one of"),
+        (dict(warmup_steps=-1), ValueError, "warmup_steps must be >= 0"),
     ],
 )
 def test_bad_config_raises_before_any_work(tiny, kw, error, message, monkeypatch):
@@ -466,10 +494,12 @@ def test_cli_options_come_from_the_config():
     from minirl._options import config_from
     from minirl.cli import build_parser
 
-    args = build_parser().parse_args(["lm", "grpo", "--group-size", "4", "--clip-high", "none", "--mask-truncated"])
+    args = build_parser().parse_args(["lm", "grpo", "--group-size", "4", "--clip-high", "none", "--mask-truncated",
+                                      "--schedule", "cosine", "--warmup-steps", "5"])  # fmt: skip
     cfg = config_from(args, grpo.GRPOConfig)
     assert args.func.__name__ == "run_grpo"
     assert cfg.group_size == 4 and cfg.clip_high is None and cfg.mask_truncated and cfg.loss_agg == LOSS_AGGS[1]
+    assert cfg.schedule == "cosine" and cfg.warmup_steps == 5
 
 
 # --- learning: from the committed checkpoint, held-out accuracy must rise ---

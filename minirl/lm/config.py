@@ -36,7 +36,9 @@ class GRPOConfig:
     accuracy_weight: float = 1.0  # weight of the accuracy reward (1 for the right answer in <answer>..</answer>)
     format_weight: float = 0.0  # weight of the strict format reward; logged either way (a bonus made runs collapse)
     consistency_weight: float = 0.0  # weight of the language-consistency reward (share of the trace in digits); logged
-    lr: float = 1e-4  # AdamW learning rate, constant; 1e-4 learned here, 3e-4 collapsed
+    lr: float = 1e-4  # AdamW learning rate (the peak, after any warm-up); 1e-4 learned here, 3e-4 collapsed
+    schedule: str = "constant"  # "constant" lr, or "cosine" from lr down to lr / 10 at the last step
+    warmup_steps: int = 0  # linear warm-up from 0 to lr over these first steps
     weight_decay: float = 0.0  # AdamW's decoupled weight decay
     max_grad_norm: float = 1.0  # clip the global gradient norm to this
     eval_every: int = 25  # steps between greedy held-out evaluations (also at step 0 and at the end); 0: never

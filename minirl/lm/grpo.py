@@ -48,6 +48,7 @@ from minirl.lm.config import GRPOConfig
 from minirl.lm.evaluation import evaluate
 from minirl.lm.model import load
 from minirl.lm.sampling import logprobs, sample
+from minirl.lm.sft import SCHEDULES, lr_at
 from minirl.lm.tasks import TASKS, Problem, get_task, split_of, token_budget
 from minirl.lm.tokenizer import render_prompt
 from minirl.losses import LOSS_AGGS, aggregate, clip_fraction, kl, ppo_clip_loss
@@ -81,8 +82,9 @@ CAUSES = (
 def check_config(cfg: GRPOConfig) -> GRPOConfig:
     """Check every field of ``cfg`` (type and range) before any work; raise naming the field and what it allows."""
     positive = ("steps", "prompts_per_step", "group_size", "temperature", "iterations", "lr", "max_grad_norm")
-    nonneg = ("max_new_tokens", "clip_high", "beta", "weight_decay", "eval_every", "save_every", "threads", "seed")
-    choices = {"task": tuple(TASKS), "scale": GROUP_SCALES, "loss_agg": LOSS_AGGS}
+    nonneg = ("max_new_tokens", "clip_high", "beta", "weight_decay", "eval_every", "save_every", "threads", "seed",
+              "warmup_steps")  # fmt: skip
+    choices = {"task": tuple(TASKS), "scale": GROUP_SCALES, "loss_agg": LOSS_AGGS, "schedule": SCHEDULES}
     _validate.check_config(cfg, positive + ("eval_n",), nonneg, unit=("clip_low",), choices=choices)
     if cfg.group_size < 2:
         raise ValueError(
@@ -92,6 +94,12 @@ def check_config(cfg: GRPOConfig) -> GRPOConfig:
     if cfg.resume and not cfg.out:
         raise ValueError("resume=True needs out, the folder that holds the checkpoint to continue from")
     return cfg
+
+
+def free_settings(cfg: GRPOConfig) -> tuple[str, ...]:
+    """The settings a resume may change: ``runs.FREE``, less ``steps`` under a cosine schedule, whose lr at every
+    step depends on the number of steps (a constant lr with a warm-up does not)."""
+    return runs.FREE if cfg.schedule == "constant" else tuple(f for f in runs.FREE if f != "steps")
 
 
 def grpo_loss(
@@ -197,7 +205,7 @@ def train(
     mine = distributed.shard(cfg.prompts_per_step, "prompts_per_step")  # this process's prompts, groups kept whole
     # claim the output folder and read its checkpoint before any work: a refusal costs nothing
     with distributed.main_first():  # rank 0 first: it may repair a checkpoint that a crash left half-written
-        out, saved, resumes = runs.start_run(cfg, "grpo")
+        out, saved, resumes = runs.start_run(cfg, "grpo", free_settings(cfg))
     use_threads(cfg.threads)
     task = get_task(cfg.task)
     G = cfg.group_size
@@ -293,6 +301,7 @@ def train(
             chunks.append((rows_j, C_j, denominator_share(b_cmask, in_j, cfg.loss_agg), ref_j))
 
         # --- update: mu gradient steps on the batch, reusing the old log-probs ---
+        lr = lr_at(step, cfg)  # the schedule's lr at this step: cfg.lr throughout under "constant" without warm-up
         sums = []  # per iteration: the loss / W, then clip, kl_old and kl_ref summed over this process's tokens, tokens
         model.train()
         for _ in range(cfg.iterations if n_rows else 0):  # nothing kept by any process: no update this step
@@ -331,6 +340,8 @@ def train(
                     p.grad = torch.zeros_like(p)
             grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.max_grad_norm)  # before clipping
             _validate.check_finite(step + 1, CAUSES, gradient_norm=grad_norm)
+            for group in optimizer.param_groups:
+                group["lr"] = lr
             optimizer.step()
             _validate.check_finite_parameters(model, step + 1, CAUSES)  # so no checkpoint ever holds NaN or inf
             if len(live):
@@ -362,6 +373,7 @@ def train(
             "zero_var_groups": all_zero_var.float().mean().item(),
             "rows_trained": n_rows,  # rows in the loss
             "rows_computed": n_live,  # rows through the forward and backward passes
+            "lr": lr,
             "sample_s": t1 - t0,
             "train_s": t2 - t1,
             **{k: sum(v) / len(v) if v else math.nan for k, v in stats.items()},

@@ -71,13 +71,14 @@ class SavedRun:
         return load_file(path) if path.exists() else {}
 
 
-def start_run(cfg, trainer: str) -> tuple[Path | None, "SavedRun | None", list[dict]]:
+def start_run(cfg, trainer: str, free: tuple[str, ...] = FREE) -> tuple[Path | None, "SavedRun | None", list[dict]]:
     """Claim ``cfg.out`` for a run before any work starts, and read its checkpoint when ``cfg.resume`` asks for it.
 
     Refuses (FileExistsError) a non-empty folder that minirl did not make, and a folder that already holds a run's
     checkpoint when ``cfg.resume`` is False: starting over would replace it; refuses (``check_resume``) a resume whose
-    settings change the math. Returns ``(out, saved, resumes)``: ``(None, None, [])`` without ``cfg.out``, and
-    ``resumes`` the record of every resume so far (its step and the free settings that changed), to save again.
+    settings change the math: any field outside ``free``. Returns ``(out, saved, resumes)``: ``(None, None, [])``
+    without ``cfg.out``, and ``resumes`` the record of every resume so far (its step and the free settings that
+    changed), to save again.
     """
     if not cfg.out:
         return None, None, []
@@ -90,7 +91,7 @@ def start_run(cfg, trainer: str) -> tuple[Path | None, "SavedRun | None", list[d
             f"{out} already holds the checkpoint of a {saved.trainer} run at step {saved.step}; starting again there "
             "would replace it. Pass --resume (resume=True) to continue that run, or choose another output folder"
         )
-    changed = check_resume(saved, cfg, trainer)
+    changed = check_resume(saved, cfg, trainer, free)
     return out, saved, saved.state.get("resumes", []) + [{"step": saved.step, "changed": changed}]
 
 

@@ -118,9 +118,10 @@ def heldout_loss(model, tokenizer, examples: Sequence, batch_size: int = 256) ->
     return total / count
 
 
-def lr_at(step: int, cfg: SFTConfig) -> float:
+def lr_at(step: int, cfg) -> float:
     """Linear warm-up over ``warmup_steps``, then ``lr`` ("constant") or a cosine from ``lr`` to ``lr / 10`` at
-    ``steps`` ("cosine"). Under "constant", stopping at step S gives the state a longer run has at step S."""
+    ``steps`` ("cosine"). Under "constant", stopping at step S gives the state a longer run has at step S.
+    ``cfg`` is any config with these four fields (``SFTConfig``, ``GRPOConfig``); ``step`` counts from 0."""
     if step < cfg.warmup_steps:
         return cfg.lr * (step + 1) / cfg.warmup_steps
     if cfg.schedule == "constant":
