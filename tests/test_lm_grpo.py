@@ -295,7 +295,7 @@ def test_a_cosine_run_may_not_change_its_steps_on_resume(tiny, tmp_path):
     grpo.train(tiny_cfg(tiny, out=str(out), accuracy_weight=0.0, schedule="cosine"), reward_fn=length_reward)
     with pytest.raises(ValueError, match="change the training math: steps"):
         grpo.train(tiny_cfg(tiny, out=str(out), resume=True, steps=3, accuracy_weight=0.0, schedule="cosine"))
-    assert runs.load_run(out).step == 2 and grpo.free_settings(tiny_cfg(tiny)) == runs.FREE
+    assert runs.load_run(out).step == 2 and runs.free_settings(tiny_cfg(tiny)) == runs.FREE
 
 
 @pytest.mark.parametrize(

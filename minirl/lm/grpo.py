@@ -96,12 +96,6 @@ def check_config(cfg: GRPOConfig) -> GRPOConfig:
     return cfg
 
 
-def free_settings(cfg: GRPOConfig) -> tuple[str, ...]:
-    """The settings a resume may change: ``runs.FREE``, less ``steps`` under a cosine schedule, whose lr at every
-    step depends on the number of steps (a constant lr with a warm-up does not)."""
-    return runs.FREE if cfg.schedule == "constant" else tuple(f for f in runs.FREE if f != "steps")
-
-
 def grpo_loss(
     logp: torch.Tensor,
     old_logp: torch.Tensor,
@@ -205,7 +199,7 @@ def train(
     mine = distributed.shard(cfg.prompts_per_step, "prompts_per_step")  # this process's prompts, groups kept whole
     # claim the output folder and read its checkpoint before any work: a refusal costs nothing
     with distributed.main_first():  # rank 0 first: it may repair a checkpoint that a crash left half-written
-        out, saved, resumes = runs.start_run(cfg, "grpo", free_settings(cfg))
+        out, saved, resumes = runs.start_run(cfg, "grpo")
     use_threads(cfg.threads)
     task = get_task(cfg.task)
     G = cfg.group_size
@@ -302,6 +296,8 @@ def train(
 
         # --- update: mu gradient steps on the batch, reusing the old log-probs ---
         lr = lr_at(step, cfg)  # the schedule's lr at this step: cfg.lr throughout under "constant" without warm-up
+        for group in optimizer.param_groups:
+            group["lr"] = lr
         sums = []  # per iteration: the loss / W, then clip, kl_old and kl_ref summed over this process's tokens, tokens
         model.train()
         for _ in range(cfg.iterations if n_rows else 0):  # nothing kept by any process: no update this step
@@ -340,8 +336,6 @@ def train(
                     p.grad = torch.zeros_like(p)
             grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.max_grad_norm)  # before clipping
             _validate.check_finite(step + 1, CAUSES, gradient_norm=grad_norm)
-            for group in optimizer.param_groups:
-                group["lr"] = lr
             optimizer.step()
             _validate.check_finite_parameters(model, step + 1, CAUSES)  # so no checkpoint ever holds NaN or inf
             if len(live):

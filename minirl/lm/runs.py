@@ -71,14 +71,20 @@ class SavedRun:
         return load_file(path) if path.exists() else {}
 
 
-def start_run(cfg, trainer: str, free: tuple[str, ...] = FREE) -> tuple[Path | None, "SavedRun | None", list[dict]]:
+def free_settings(cfg) -> tuple[str, ...]:
+    """The settings a resume of ``cfg``'s run may change: ``FREE``, less ``steps`` when the config has an lr schedule
+    other than "constant" (a cosine's lr at every step depends on the number of steps; a warm-up does not)."""
+    return FREE if getattr(cfg, "schedule", "constant") == "constant" else tuple(f for f in FREE if f != "steps")
+
+
+def start_run(cfg, trainer: str) -> tuple[Path | None, "SavedRun | None", list[dict]]:
     """Claim ``cfg.out`` for a run before any work starts, and read its checkpoint when ``cfg.resume`` asks for it.
 
     Refuses (FileExistsError) a non-empty folder that minirl did not make, and a folder that already holds a run's
     checkpoint when ``cfg.resume`` is False: starting over would replace it; refuses (``check_resume``) a resume whose
-    settings change the math: any field outside ``free``. Returns ``(out, saved, resumes)``: ``(None, None, [])``
-    without ``cfg.out``, and ``resumes`` the record of every resume so far (its step and the free settings that
-    changed), to save again.
+    settings change the math: any field outside ``free_settings(cfg)``. Returns ``(out, saved, resumes)``:
+    ``(None, None, [])`` without ``cfg.out``, and ``resumes`` the record of every resume so far (its step and the free
+    settings that changed), to save again.
     """
     if not cfg.out:
         return None, None, []
@@ -91,7 +97,7 @@ def start_run(cfg, trainer: str, free: tuple[str, ...] = FREE) -> tuple[Path | N
             f"{out} already holds the checkpoint of a {saved.trainer} run at step {saved.step}; starting again there "
             "would replace it. Pass --resume (resume=True) to continue that run, or choose another output folder"
         )
-    changed = check_resume(saved, cfg, trainer, free)
+    changed = check_resume(saved, cfg, trainer, free_settings(cfg))
     return out, saved, saved.state.get("resumes", []) + [{"step": saved.step, "changed": changed}]
 
 
