@@ -14,7 +14,7 @@ from _helpers import flat_params
 
 import minirl.algos.ppo as ppo
 import minirl.algos.reinforce as reinforce
-from minirl.algos.common import clip_grad_norm
+from minirl.algos.common import clip_grad_norm, one_buffer
 from minirl.policies import Policy, spec_for
 from minirl.rollout import evaluate
 
@@ -113,6 +113,45 @@ def test_clip_grad_norm_matches_torchs(max_norm):
     for a, b in zip(nets[0].parameters(), nets[1].parameters()):
         torch.testing.assert_close(a.grad, b.grad)
     assert ours > 1e-2  # the gradients were not all zero, so the clipping was exercised
+
+
+def test_one_buffer_gives_the_plain_paths_updates(tmp_path):
+    """Adam and the clip on one flat tensor move every weight as they do on the separate parameters."""
+    torch.manual_seed(0)
+    nets = [Policy(spec_for(gym.make("CartPole-v1"))) for _ in range(2)]
+    nets[1].load_state_dict(nets[0].state_dict())
+    batches = [torch.randn(64, 4) * 2 for _ in range(5)]
+
+    def loss(net, obs):
+        return net.distribution(obs).logits.pow(2).sum() + net.value(obs).pow(2).sum()
+
+    params = list(nets[0].parameters())
+    start = [p.detach().clone() for p in params]
+    plain = torch.optim.Adam(params, lr=1e-2, eps=1e-5)
+    norms = []
+    for obs in batches:
+        plain.zero_grad()
+        loss(nets[0], obs).backward()
+        norms.append(clip_grad_norm(params, 0.5))
+        plain.step()
+
+    with one_buffer(nets[1]) as flat:
+        assert flat.shape == (sum(p.numel() for p in params),)
+        adam = torch.optim.Adam([flat], lr=1e-2, eps=1e-5, fused=True)
+        for obs, norm in zip(batches, norms):
+            flat.grad.zero_()
+            loss(nets[1], obs).backward()
+            torch.testing.assert_close(clip_grad_norm([flat], 0.5), norm)
+            adam.step()
+        assert all(p.untyped_storage().data_ptr() == flat.untyped_storage().data_ptr() for p in nets[1].parameters())
+    assert max(norms) > 0.5  # the clip was active
+    for a, b, a0 in zip(nets[0].parameters(), nets[1].parameters(), start, strict=True):
+        torch.testing.assert_close(b, a, rtol=1e-5, atol=1e-6)
+        assert (b - a0).abs().max() > 1e-3  # every tensor moved: backward filled the gradient views
+    # after the block each parameter owns its memory again: saving (safetensors refuses shared memory) works
+    storages = {p.untyped_storage().data_ptr() for p in nets[1].parameters()}
+    assert len(storages) == len(params) and all(p.grad is None for p in nets[1].parameters())
+    nets[1].save(tmp_path / "policy")
 
 
 def test_saved_result_reloads_with_its_config(tmp_path):

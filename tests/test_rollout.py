@@ -6,7 +6,7 @@ import pytest
 import torch
 
 import minirl.policies as policies
-from minirl.policies import Policy, PolicySpec, spec_for
+from minirl.policies import Policy, PolicySpec, SoftmaxCategorical, spec_for
 from minirl.rollout import Collector, NumpyActor, evaluate, make_envs
 
 
@@ -225,6 +225,24 @@ def test_batch_logp_and_values_are_the_policys_on_the_stored_rows():
             dist = policy.distribution(batch.obs[t], normalized=True)
             torch.testing.assert_close(batch.logp[t], policy.log_prob(dist, batch.act[t]), rtol=1e-5, atol=1e-5)
             torch.testing.assert_close(batch.val[t], policy.value(batch.obs[t], normalized=True), rtol=1e-5, atol=1e-5)
+
+
+def test_softmax_categorical_is_torchs_categorical():
+    torch.manual_seed(0)
+    logits = (torch.randn(50, 4) * 5).requires_grad_()
+    ours, theirs = SoftmaxCategorical(logits), torch.distributions.Categorical(logits=logits)
+    act = torch.randint(0, 4, (50,))
+    for a, b in [(ours.logits, theirs.logits), (ours.probs, theirs.probs), (ours.entropy(), theirs.entropy()),
+                 (ours.log_prob(act), theirs.log_prob(act))]:  # fmt: skip
+        torch.testing.assert_close(a, b, rtol=1e-6, atol=1e-6)
+    grads = [torch.autograd.grad((d.log_prob(act) + d.entropy()).sum(), logits)[0] for d in (ours, theirs)]
+    torch.testing.assert_close(grads[0], grads[1], rtol=1e-5, atol=1e-6)
+    assert grads[0].abs().max() > 0.1
+    torch.manual_seed(1)
+    drawn = ours.sample((3,))
+    torch.manual_seed(1)
+    assert torch.equal(drawn, theirs.sample((3,)))
+    assert ours.batch_shape == (50,) and ours.sample().shape == (50,)
 
 
 def test_discrete_log_prob_is_categoricals():

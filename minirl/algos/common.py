@@ -1,5 +1,6 @@
 """Plumbing shared by the gymnasium trainers: the result they return, the metric history, seeding, progress."""
 
+import contextlib
 import random
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -20,6 +21,7 @@ __all__ = [
     "clip_grad_norm",
     "check_update",
     "explained_variance",
+    "one_buffer",
     "progress_bar",
     "running_mean",
     "seed_everything",
@@ -55,6 +57,36 @@ def clip_grad_norm(params: list[torch.Tensor], max_norm: float) -> torch.Tensor:
     norm = torch.linalg.vector_norm(torch.stack(torch._foreach_norm(grads)))  # sqrt of the sum of squared norms
     torch._foreach_mul_(grads, torch.clamp(max_norm / (norm + 1e-6), max=1.0))
     return norm
+
+
+@contextlib.contextmanager
+def one_buffer(module: torch.nn.Module):
+    """Inside the block, every parameter of ``module`` is a view of one flat leaf tensor, and its gradient a view of
+    that tensor's gradient; yields the flat tensor, for the optimizer and the gradient clip.
+
+    Why: Adam and the norm clip loop over their tensors, and on CPU each tensor costs a few calls whatever its size.
+    A 64-64 actor and critic are 12 tensors of 9,000 numbers in all, so the loop costs more than the arithmetic:
+    with one tensor, a PPO minibatch update is a tenth faster. The numbers are the same (Adam is elementwise, and
+    ``tests/test_algos.py`` checks a run's weights against the plain path). Backward adds into the gradient views in
+    place, so clear them with ``flat.grad.zero_()``, never ``optimizer.zero_grad()`` (that would detach them). On
+    exit each parameter gets its own memory back, so the module saves and copies as usual.
+    """
+    params = list(module.parameters())
+    flat = torch.cat([p.detach().reshape(-1) for p in params]).requires_grad_()  # (P,) all parameters, in order
+    flat.grad = torch.zeros_like(flat)
+    views, grads, start = [], [], 0
+    for p in params:
+        end = start + p.numel()
+        views.append(flat.detach()[start:end].view_as(p))
+        grads.append(flat.grad[start:end].view_as(p))
+        start = end
+    for p, view, grad in zip(params, views, grads):
+        p.data, p.grad = view, grad
+    try:
+        yield flat
+    finally:
+        for p in params:
+            p.data, p.grad = p.data.clone(), None
 
 
 def check_gradient(step: int, grad_norm: torch.Tensor) -> None:

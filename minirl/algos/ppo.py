@@ -22,6 +22,7 @@ from minirl.algos.common import (
     check_update,
     clip_grad_norm,
     explained_variance,
+    one_buffer,
     progress_bar,
     running_mean,
     seed_everything,
@@ -82,6 +83,68 @@ def check_config(cfg: PPOConfig) -> None:
         raise ValueError(f"clip_low must be in (0, 1), the ratio is clipped below at 1 - clip_low; got {cfg.clip_low}")
 
 
+def update(
+    policy: Policy,
+    flat: torch.Tensor,
+    optimizer: torch.optim.Optimizer,
+    b: dict[str, torch.Tensor],
+    cfg: PPOConfig,
+    clip: tuple[float, float | None],
+    step: int,
+) -> dict[str, torch.Tensor]:
+    """K epochs of minibatch steps on one batch ``b`` (obs (T*N, D), act, logp, adv, ret, val (T*N,)); ``flat`` holds
+    the policy's parameters (``one_buffer``). Returns the logged diagnostics as 0-d tensors."""
+    clip_low, clip_high = clip
+    batch_size = b["obs"].shape[0]
+    # The batch is checked for NaN once here, so the losses skip their own scan on each minibatch of it (about a
+    # tenth of an update's time); a NaN born inside the loop still stops it at check_gradient.
+    check_finite(step, DIVERGED, advantages=b["adv"], returns=b["ret"], old_logp=b["logp"])
+    stats = {"pg_loss": [], "v_loss": [], "entropy": [], "grad_norm": []}  # one 0-d tensor per minibatch
+    seen_logp, seen_old_logp = [], []  # (mb,) per minibatch: log pi(a|s) before its step, and at collection
+    with finite_checked():
+        for _ in range(cfg.epochs):
+            n_before = len(seen_logp)
+            for mb in torch.randperm(batch_size).split(cfg.minibatch_size):
+                # obs are stored as the policy saw them (normalised at collection): the ratio starts at 1
+                mb_obs = b["obs"][mb]  # (mb, D)
+                dist = policy.distribution(mb_obs, normalized=True)
+                logp = policy.log_prob(dist, b["act"][mb])  # (mb,)
+                old_logp, mb_adv = b["logp"][mb], b["adv"][mb]
+                if cfg.norm_adv and len(mb) > 1:
+                    mb_adv = (mb_adv - mb_adv.mean()) / (mb_adv.std() + 1e-8)
+                pg_loss = ppo_clip_loss(logp, old_logp, mb_adv, clip_low, clip_high).mean()
+                v_loss = value_loss(policy.value(mb_obs, normalized=True), b["ret"][mb], b["val"][mb], cfg.clip_vf)
+                loss = pg_loss + cfg.vf_coef * v_loss.mean()
+                if cfg.ent_coef > 0:  # the entropy bonus; at 0 it is only logged, and backward skips it
+                    loss = loss - cfg.ent_coef * mean_entropy(policy, dist)
+
+                flat.grad.zero_()  # in place: the parameters' gradients are views of it
+                loss.backward()
+                grad_norm = clip_grad_norm([flat], cfg.max_grad_norm)  # the norm before clipping
+                check_gradient(step, grad_norm)  # stop before a NaN reaches the parameters
+                optimizer.step()
+
+                with torch.no_grad():
+                    logged = {"pg_loss": pg_loss, "v_loss": v_loss.mean(), "entropy": mean_entropy(policy, dist),
+                              "grad_norm": grad_norm}  # fmt: skip
+                for key, value in logged.items():
+                    stats[key].append(value.detach())  # read once per update, not per minibatch
+                seen_logp.append(logp.detach())
+                seen_old_logp.append(old_logp)
+            if cfg.target_kl is not None:
+                epoch_logp, epoch_old = torch.cat(seen_logp[n_before:]), torch.cat(seen_old_logp[n_before:])
+                if kl(epoch_old, epoch_logp, "k3").mean() > cfg.target_kl:
+                    break  # early stop of the epochs once the policy has moved far enough
+        # detail 12: KL(old || new) by k3 on samples of the old policy, and the clip fraction, over every transition
+        # the update stepped on (each minibatch's log-probs before its step); computed here in one call each instead
+        # of once per minibatch, which cost about 2% of an update
+        logp, old_logp = torch.cat(seen_logp), torch.cat(seen_old_logp)
+        logged = {key: torch.stack(values).mean() for key, values in stats.items()}
+        logged["approx_kl"] = kl(old_logp, logp, "k3").mean()
+        logged["clip_frac"] = clip_fraction(logp, old_logp, clip_low, clip_high).mean()
+    return logged
+
+
 def train(cfg: PPOConfig, progress: bool = False) -> TrainResult:
     """Train a PPO agent; returns ``.policy``, ``.history`` (one row per rollout) and ``.config``."""
     check_config(cfg)
@@ -89,99 +152,59 @@ def train(cfg: PPOConfig, progress: bool = False) -> TrainResult:
     envs = make_envs(cfg.env_id, cfg.num_envs, cfg.seed, asynchronous=cfg.async_envs)
     spec = spec_for(envs, hidden=tuple(cfg.hidden), obs_norm=cfg.obs_norm, log_std_init=cfg.log_std_init)
     policy = Policy(spec)
-    params = list(policy.parameters())
-    optimizer = torch.optim.Adam(params, lr=cfg.lr, eps=1e-5, fused=True)  # detail 3: epsilon 1e-5
     collector = Collector(envs, cfg.seed)
     batch_size = cfg.num_envs * cfg.n_steps
     n_updates = max(1, cfg.total_steps // batch_size)
     history, returns = History(), []
     bar = progress_bar(n_updates * batch_size, progress, f"PPO {cfg.env_id}")
 
-    for update in range(n_updates):
-        frac = 1.0 - update / n_updates
-        lr = cfg.lr * frac if cfg.anneal_lr else cfg.lr
-        for group in optimizer.param_groups:
-            group["lr"] = lr
-        clip_low = cfg.clip_low * frac if cfg.anneal_clip else cfg.clip_low
-        clip_high = None if cfg.clip_high is None else (cfg.clip_high * frac if cfg.anneal_clip else cfg.clip_high)
+    with one_buffer(policy) as flat:  # the parameters as one tensor, for Adam and the clip (see one_buffer)
+        optimizer = torch.optim.Adam([flat], lr=cfg.lr, eps=1e-5, fused=True)  # detail 3: epsilon 1e-5
+        for k in range(n_updates):
+            frac = 1.0 - k / n_updates
+            lr = cfg.lr * frac if cfg.anneal_lr else cfg.lr
+            for group in optimizer.param_groups:
+                group["lr"] = lr
+            clip_low = cfg.clip_low * frac if cfg.anneal_clip else cfg.clip_low
+            clip_high = None if cfg.clip_high is None else (cfg.clip_high * frac if cfg.anneal_clip else cfg.clip_high)
 
-        # --- rollout ---
-        t0 = time.perf_counter()
-        step = (update + 1) * batch_size  # env steps so far, for the history and for errors
-        batch = collector.collect(policy, cfg.n_steps)
-        returns += batch.episode_returns
+            # --- rollout ---
+            t0 = time.perf_counter()
+            step = (k + 1) * batch_size  # env steps so far, for the history and for errors
+            batch = collector.collect(policy, cfg.n_steps)
+            returns += batch.episode_returns
 
-        # --- advantages ---
-        adv, ret = gae(batch.rew, batch.val, batch.next_val, batch.terminated, batch.truncated, cfg.gamma, cfg.lam)
-        b_obs = batch.obs.reshape(batch_size, -1)  # (T*N, D)
-        b_act = batch.act.reshape(batch_size, *batch.act.shape[2:])  # (T*N,) or (T*N, A)
-        b_logp, b_adv, b_ret, b_val = (x.reshape(-1) for x in (batch.logp, adv, ret, batch.val))  # (T*N,)
-        t1 = time.perf_counter()
+            # --- advantages ---
+            adv, ret = gae(batch.rew, batch.val, batch.next_val, batch.terminated, batch.truncated, cfg.gamma, cfg.lam)
+            b = {
+                "obs": batch.obs.reshape(batch_size, -1),  # (T*N, D)
+                "act": batch.act.reshape(batch_size, *batch.act.shape[2:]),  # (T*N,) or (T*N, A)
+                "logp": batch.logp.reshape(-1),  # (T*N,) each
+                "adv": adv.reshape(-1),
+                "ret": ret.reshape(-1),
+                "val": batch.val.reshape(-1),
+            }
+            t1 = time.perf_counter()
 
-        # --- update ---
-        # The batch is checked for NaN once here, so the losses skip their own scan on each minibatch of it (about a
-        # tenth of an update's time); a NaN born inside the loop still stops it at check_gradient.
-        check_finite(step, DIVERGED, advantages=b_adv, returns=b_ret, old_logp=b_logp)
-        # logged diagnostics as 0-d tensors: one per minibatch, and one per update for the KL and the clip fraction
-        stats = {"pg_loss": [], "v_loss": [], "entropy": [], "approx_kl": [], "clip_frac": [], "grad_norm": []}
-        seen_logp, seen_old_logp = [], []  # (mb,) per minibatch: log pi(a|s) before its step, and at collection
-        with finite_checked():
-            for _ in range(cfg.epochs):
-                n_before = len(seen_logp)
-                for mb in torch.randperm(batch_size).split(cfg.minibatch_size):
-                    # b_obs are stored as the policy saw them (normalised at collection): the ratio starts at 1
-                    mb_obs = b_obs[mb]  # (mb, D)
-                    dist = policy.distribution(mb_obs, normalized=True)
-                    logp = policy.log_prob(dist, b_act[mb])  # (mb,)
-                    old_logp, mb_adv = b_logp[mb], b_adv[mb]
-                    if cfg.norm_adv and len(mb) > 1:
-                        mb_adv = (mb_adv - mb_adv.mean()) / (mb_adv.std() + 1e-8)
-                    pg_loss = ppo_clip_loss(logp, old_logp, mb_adv, clip_low, clip_high).mean()
-                    v_loss = value_loss(policy.value(mb_obs, normalized=True), b_ret[mb], b_val[mb], cfg.clip_vf)
-                    loss = pg_loss + cfg.vf_coef * v_loss.mean()
-                    if cfg.ent_coef > 0:  # the entropy bonus; at 0 it is only logged, and backward skips it
-                        loss = loss - cfg.ent_coef * mean_entropy(policy, dist)
+            # --- update ---
+            logged = update(policy, flat, optimizer, b, cfg, (clip_low, clip_high), step)
+            t2 = time.perf_counter()
+            check_update(step, policy)
 
-                    optimizer.zero_grad()
-                    loss.backward()
-                    grad_norm = clip_grad_norm(params, cfg.max_grad_norm)  # the norm before clipping
-                    check_gradient(step, grad_norm)  # stop before a NaN reaches the parameters
-                    optimizer.step()
-
-                    with torch.no_grad():
-                        logged = {"pg_loss": pg_loss, "v_loss": v_loss.mean(), "entropy": mean_entropy(policy, dist),
-                                  "grad_norm": grad_norm}  # fmt: skip
-                    for key, value in logged.items():
-                        stats[key].append(value.detach())  # read once per update, not per minibatch
-                    seen_logp.append(logp.detach())
-                    seen_old_logp.append(old_logp)
-                if cfg.target_kl is not None:
-                    epoch_logp, epoch_old = torch.cat(seen_logp[n_before:]), torch.cat(seen_old_logp[n_before:])
-                    if kl(epoch_old, epoch_logp, "k3").mean() > cfg.target_kl:
-                        break  # early stop of the epochs once the policy has moved far enough
-            # detail 12: KL(old || new) by k3 on samples of the old policy, and the clip fraction, over every
-            # transition the update stepped on (each minibatch's log-probs before its step); computed here in one
-            # call each instead of once per minibatch, which cost about 2% of an update
-            logp, old_logp = torch.cat(seen_logp), torch.cat(seen_old_logp)
-            stats["approx_kl"].append(kl(old_logp, logp, "k3").mean())
-            stats["clip_frac"].append(clip_fraction(logp, old_logp, clip_low, clip_high).mean())
-        t2 = time.perf_counter()
-        check_update(step, policy)
-
-        # --- log ---
-        history.log(
-            step=step,
-            return_mean=running_mean(returns),
-            episodes=len(returns),
-            lr=lr,
-            clip=clip_low,
-            explained_var=explained_variance(b_val, b_ret),
-            rollout_s=t1 - t0,
-            update_s=t2 - t1,
-            **{k: torch.stack(v).mean().item() for k, v in stats.items()},
-        )
-        bar.update(batch_size)
-        bar.set_postfix(ret=f"{running_mean(returns):.1f}")
+            # --- log ---
+            history.log(
+                step=step,
+                return_mean=running_mean(returns),
+                episodes=len(returns),
+                lr=lr,
+                clip=clip_low,
+                explained_var=explained_variance(b["val"], b["ret"]),
+                rollout_s=t1 - t0,
+                update_s=t2 - t1,
+                **{key: value.item() for key, value in logged.items()},
+            )
+            bar.update(batch_size)
+            bar.set_postfix(ret=f"{running_mean(returns):.1f}")
     bar.close()
     envs.close()
     return TrainResult(policy=policy, history=history, config=cfg)
