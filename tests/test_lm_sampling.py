@@ -107,6 +107,34 @@ def test_seed_and_generator_make_sampling_repeatable(model, tok):
     model.eval()
 
 
+def test_small_decode_steps_run_on_one_thread_and_the_count_comes_back(model, tok, monkeypatch):
+    import minirl.lm.sampling as sampling
+
+    seen = []  # the thread count at each decode step
+    real = sampling.decoding.LlamaDecoder.__call__
+    monkeypatch.setattr(sampling.decoding.LlamaDecoder, "__call__",
+                        lambda self, *a: seen.append(torch.get_num_threads()) or real(self, *a))  # fmt: skip
+    before = torch.get_num_threads()
+    try:
+        torch.set_num_threads(2)
+        small = sample(model, tok, PROMPTS, max_new_tokens=6, seed=3)
+        assert seen and set(seen) == {1} and torch.get_num_threads() == 2
+        seen.clear()
+        monkeypatch.setattr(sampling, "ONE_THREAD_FLOPS", 0)  # every step counts as large: the caller's threads
+        large = sample(model, tok, PROMPTS, max_new_tokens=6, seed=3)
+        assert seen and set(seen) == {2} and torch.get_num_threads() == 2
+        assert small.text == large.text  # the same draws either way
+        with pytest.raises(ValueError, match="temperature"):
+            sample(model, tok, PROMPTS, max_new_tokens=6, temperature=-1.0)
+        monkeypatch.setattr(sampling, "ONE_THREAD_FLOPS", 1e30)
+        monkeypatch.setattr(sampling.decoding.LlamaDecoder, "__call__", lambda self, *a: 1 / 0)
+        with pytest.raises(ZeroDivisionError):  # a failure inside the loop also gives the threads back
+            sample(model, tok, PROMPTS, max_new_tokens=6, seed=3)
+        assert torch.get_num_threads() == 2
+    finally:
+        torch.set_num_threads(before)
+
+
 def test_top_k_draws_only_among_the_k_most_likely(model, tok):
     s = sample(model, tok, PROMPTS, max_new_tokens=8, top_k=3, seed=0)
     for i in range(len(PROMPTS)):
