@@ -260,3 +260,71 @@ def test_sabotaged_ppo_misses_pendulum(monkeypatch):
     tests/test_rollout.py::test_no_transition_crosses_an_episode_boundary catch it."""
     old_logp_after_the_update(monkeypatch)
     assert ppo_pendulum_gain() < 400
+
+
+@pytest.mark.parametrize("discrete", [True, False])
+def test_an_update_on_the_whole_batch_is_one_on_a_permutation_of_it(monkeypatch, discrete):
+    """With one minibatch per epoch, ``ppo.update`` takes the batch unshuffled: the same steps and logs as a shuffled
+    batch, up to the order of the sums."""
+    env = gym.make("CartPole-v1" if discrete else "Pendulum-v1")
+    torch.manual_seed(0)
+    nets = [Policy(spec_for(env)) for _ in range(2)]
+    nets[1].load_state_dict(nets[0].state_dict())
+    start = flat_params(nets[0])
+    n = 96
+    obs = torch.randn(n, nets[0].spec.obs_dim)
+    with torch.no_grad():
+        dist = nets[0].distribution(obs)
+        act = dist.sample()
+        logp = nets[0].log_prob(dist, act) + 0.05 * torch.randn(n)  # the old policy differs: ratios leave 1
+    b = {"obs": obs, "act": act, "logp": logp, "adv": torch.randn(n), "ret": torch.randn(n), "val": torch.randn(n)}
+    cfg = ppo.PPOConfig(epochs=4, minibatch_size=n, lr=3e-2, vf_coef=1.0)
+    assert ppo.minibatches(n, n) == [slice(None)]
+
+    logs = []
+    for net, shuffled in zip(nets, (False, True), strict=True):
+        if shuffled:  # the general path: one permuted minibatch of every transition per epoch
+            monkeypatch.setattr(ppo, "minibatches", lambda size, _: [torch.randperm(size)])
+        with one_buffer(net) as flat:
+            adam = torch.optim.Adam([flat], lr=cfg.lr, eps=1e-5, fused=True)
+            logs.append({k: v.item() for k, v in ppo.update(net, flat, adam, b, cfg, (0.2, None), 0).items()})
+    for a, c in zip(nets[0].parameters(), nets[1].parameters(), strict=True):
+        torch.testing.assert_close(a, c, rtol=1e-4, atol=1e-5)
+    assert logs[0].keys() == logs[1].keys() >= {"pg_loss", "v_loss", "entropy", "grad_norm", "approx_kl", "clip_frac"}
+    for key in logs[0]:
+        assert logs[0][key] == pytest.approx(logs[1][key], rel=1e-4, abs=1e-6), key
+    assert logs[0]["clip_frac"] > 0 and logs[0]["grad_norm"] > 0.5  # the clips were active
+    assert (flat_params(nets[0]) - start).abs().max() > 1e-2  # the update moved the weights
+
+
+def test_minibatches_cover_the_batch_once_per_epoch():
+    torch.manual_seed(0)
+    pieces = ppo.minibatches(10, 4)
+    assert [len(p) for p in pieces] == [4, 4, 2]
+    assert sorted(torch.cat(pieces).tolist()) == list(range(10))
+
+
+@pytest.mark.parametrize("env_id", ["CartPole-v1", "Pendulum-v1"])
+def test_an_update_logs_the_entropy_of_the_policy_it_stepped_from(env_id):
+    """One epoch of one minibatch: the logged entropy is the mean entropy of the policy before its step."""
+    torch.manual_seed(0)
+    net = Policy(spec_for(gym.make(env_id)))
+    with torch.no_grad():
+        net.actor[-1].weight.mul_(100)  # far from uniform: every state's entropy differs
+    n = 64
+    obs = torch.randn(n, net.spec.obs_dim) * 3
+    with torch.no_grad():
+        out = net.actor(obs)  # read through torch's own distributions
+        if net.spec.discrete:
+            expected = torch.distributions.Categorical(logits=out).entropy().mean()
+        else:
+            expected = torch.distributions.Normal(out, net.log_std.exp()).entropy().sum(-1).mean()
+        dist = net.distribution(obs)
+        act = dist.sample()
+        logp = net.log_prob(dist, act)
+    b = {"obs": obs, "act": act, "logp": logp, "adv": torch.randn(n), "ret": torch.randn(n), "val": torch.randn(n)}
+    cfg = ppo.PPOConfig(epochs=1, minibatch_size=n, lr=1e-1)
+    with one_buffer(net) as flat:
+        adam = torch.optim.Adam([flat], lr=cfg.lr, eps=1e-5)
+        logged = ppo.update(net, flat, adam, b, cfg, (0.2, None), 0)
+    assert logged["entropy"].item() == pytest.approx(expected.item(), rel=1e-5)

@@ -66,6 +66,15 @@ def mean_entropy(policy: Policy, dist: torch.distributions.Distribution) -> torc
     return (entropy(dist.logits) if policy.spec.discrete else policy.entropy(dist)).mean()
 
 
+def minibatches(n: int, size: int) -> list[torch.Tensor] | list[slice]:
+    """One epoch's minibatches of a batch of ``n`` transitions: a fresh permutation cut into pieces of ``size``
+    (detail 6). When one minibatch holds the whole batch (the zoo's CartPole settings: 8 x 32 = 256), a permutation
+    would only reorder the sum inside the loss, so the batch is taken as it is: ``[slice(None)]``, no gathers."""
+    if size >= n:
+        return [slice(None)]
+    return list(torch.randperm(n).split(size))
+
+
 def check_config(cfg: PPOConfig) -> None:
     """Raise on a setting PPO cannot run with, naming the field and what it allows (numbers from NumPy are fine)."""
     _validate.check_config(
@@ -99,18 +108,19 @@ def update(
     # The batch is checked for NaN once here, so the losses skip their own scan on each minibatch of it (about a
     # tenth of an update's time); a NaN born inside the loop still stops it at check_gradient.
     check_finite(step, DIVERGED, advantages=b["adv"], returns=b["ret"], old_logp=b["logp"])
-    stats = {"pg_loss": [], "v_loss": [], "entropy": [], "grad_norm": []}  # one 0-d tensor per minibatch
+    stats = {"pg_loss": [], "v_loss": [], "grad_norm": []}  # one 0-d tensor per minibatch
     seen_logp, seen_old_logp = [], []  # (mb,) per minibatch: log pi(a|s) before its step, and at collection
+    seen_ent = []  # per minibatch, before its step: the logits (mb, A) of a discrete policy, else H(pi(.|s)) (mb,)
     with finite_checked():
         for _ in range(cfg.epochs):
             n_before = len(seen_logp)
-            for mb in torch.randperm(batch_size).split(cfg.minibatch_size):
+            for mb in minibatches(batch_size, cfg.minibatch_size):
                 # obs are stored as the policy saw them (normalised at collection): the ratio starts at 1
                 mb_obs = b["obs"][mb]  # (mb, D)
                 dist = policy.distribution(mb_obs, normalized=True)
                 logp = policy.log_prob(dist, b["act"][mb])  # (mb,)
                 old_logp, mb_adv = b["logp"][mb], b["adv"][mb]
-                if cfg.norm_adv and len(mb) > 1:
+                if cfg.norm_adv and len(mb_adv) > 1:
                     mb_adv = (mb_adv - mb_adv.mean()) / (mb_adv.std() + 1e-8)
                 pg_loss = ppo_clip_loss(logp, old_logp, mb_adv, clip_low, clip_high).mean()
                 v_loss = value_loss(policy.value(mb_obs, normalized=True), b["ret"][mb], b["val"][mb], cfg.clip_vf)
@@ -124,22 +134,24 @@ def update(
                 check_gradient(step, grad_norm)  # stop before a NaN reaches the parameters
                 optimizer.step()
 
-                with torch.no_grad():
-                    logged = {"pg_loss": pg_loss, "v_loss": v_loss.mean(), "entropy": mean_entropy(policy, dist),
-                              "grad_norm": grad_norm}  # fmt: skip
+                logged = {"pg_loss": pg_loss, "v_loss": v_loss.mean(), "grad_norm": grad_norm}
                 for key, value in logged.items():
                     stats[key].append(value.detach())  # read once per update, not per minibatch
                 seen_logp.append(logp.detach())
                 seen_old_logp.append(old_logp)
+                with torch.no_grad():
+                    seen_ent.append(dist.logits.detach() if policy.spec.discrete else policy.entropy(dist))
             if cfg.target_kl is not None:
                 epoch_logp, epoch_old = torch.cat(seen_logp[n_before:]), torch.cat(seen_old_logp[n_before:])
                 if kl(epoch_old, epoch_logp, "k3").mean() > cfg.target_kl:
                     break  # early stop of the epochs once the policy has moved far enough
-        # detail 12: KL(old || new) by k3 on samples of the old policy, and the clip fraction, over every transition
-        # the update stepped on (each minibatch's log-probs before its step); computed here in one call each instead
-        # of once per minibatch, which cost about 2% of an update
+        # detail 12: KL(old || new) by k3 on samples of the old policy, the clip fraction and the entropy, over every
+        # transition the update stepped on (each minibatch's policy before its step); computed here in one call each
+        # instead of once per minibatch, which cost about 5% of an update
         logp, old_logp = torch.cat(seen_logp), torch.cat(seen_old_logp)
         logged = {key: torch.stack(values).mean() for key, values in stats.items()}
+        ent = torch.cat(seen_ent)  # (n, A) logits or (n,) entropies
+        logged["entropy"] = (entropy(ent) if policy.spec.discrete else ent).mean()
         logged["approx_kl"] = kl(old_logp, logp, "k3").mean()
         logged["clip_frac"] = clip_fraction(logp, old_logp, clip_low, clip_high).mean()
     return logged
