@@ -123,8 +123,9 @@ def update(
                 if cfg.norm_adv and len(mb_adv) > 1:
                     mb_adv = (mb_adv - mb_adv.mean()) / (mb_adv.std() + 1e-8)
                 pg_loss = ppo_clip_loss(logp, old_logp, mb_adv, clip_low, clip_high).mean()
-                v_loss = value_loss(policy.value(mb_obs, normalized=True), b["ret"][mb], b["val"][mb], cfg.clip_vf)
-                loss = pg_loss + cfg.vf_coef * v_loss.mean()
+                val = policy.value(mb_obs, normalized=True)  # (mb,)
+                v_loss = value_loss(val, b["ret"][mb], b["val"][mb], cfg.clip_vf).mean()
+                loss = pg_loss + cfg.vf_coef * v_loss
                 if cfg.ent_coef > 0:  # the entropy bonus; at 0 it is only logged, and backward skips it
                     loss = loss - cfg.ent_coef * mean_entropy(policy, dist)
 
@@ -134,7 +135,7 @@ def update(
                 check_gradient(step, grad_norm)  # stop before a NaN reaches the parameters
                 optimizer.step()
 
-                logged = {"pg_loss": pg_loss, "v_loss": v_loss.mean(), "grad_norm": grad_norm}
+                logged = {"pg_loss": pg_loss, "v_loss": v_loss, "grad_norm": grad_norm}
                 for key, value in logged.items():
                     stats[key].append(value.detach())  # read once per update, not per minibatch
                 seen_logp.append(logp.detach())
