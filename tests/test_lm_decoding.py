@@ -61,6 +61,35 @@ def test_decoder_logits_are_the_models(tok, changes, padded):
     torch.testing.assert_close(got, expected[:, P - 1 :], atol=1e-5, rtol=1e-5)
 
 
+def test_a_prompt_that_rows_share_is_computed_once(tok, monkeypatch):
+    """Rows that repeat a prompt (a GRPO group) get the model's logits from one prompt pass per distinct prompt."""
+    model = llama(tok, num_key_value_heads=2)
+    prompts = [PROMPTS[i] for i in (1, 2, 1, 3, 2, 1)]  # 3 distinct, left-padded to the longest
+    enc = tok(prompts, padding=True, padding_side="left", return_tensors="pt")
+    P = enc["input_ids"].shape[1]
+    completion = torch.randint(3, len(tok), (len(prompts), 5), generator=torch.Generator().manual_seed(1))
+    ids = torch.cat([enc["input_ids"], completion], dim=1)  # (B, L): each row its own completion
+    mask = torch.cat([enc["attention_mask"].bool(), torch.ones_like(completion, dtype=torch.bool)], dim=1)
+    with torch.no_grad():
+        expected = model(input_ids=ids, attention_mask=mask.long(), position_ids=positions(mask)).logits  # (B, L, V)
+
+    rows_computed = []  # batch size of each normalisation inside the prompt pass
+    rms_norm = decoding.F.rms_norm
+
+    def counted(x, *args):
+        rows_computed.append(len(x))
+        return rms_norm(x, *args)
+
+    with monkeypatch.context() as m:
+        m.setattr(decoding.F, "rms_norm", counted)
+        dec = decoding.LlamaDecoder(model, len(prompts), ids.shape[1], mask[:, :P])
+        pos = positions(mask)
+        first = dec(ids[:, :P], pos[:, :P])
+    assert set(rows_computed) == {3}
+    got = torch.stack([first] + [dec(ids[:, t : t + 1], pos[:, t : t + 1]) for t in range(P, ids.shape[1])], dim=1)
+    torch.testing.assert_close(got, expected[:, P - 1 :], atol=1e-5, rtol=1e-5)
+
+
 def test_select_keeps_the_chosen_rows(tok):
     """Rows dropped half-way leave the others' logits as they would be in a batch of their own."""
     model = llama(tok, num_key_value_heads=2)

@@ -8,7 +8,10 @@ took 0.49 s here instead of 0.64 s). ``LlamaDecoder`` computes the same function
 - q, k and v come from one matrix product with the three weights stacked, gate and up from another;
 - the KV cache is preallocated for the whole completion and written in place, one column per step;
 - the attention mask is the prompts' padding only (no mask at all when no prompt is padded): every row attends to
-  all of its completion tokens so far, as ``sample`` does, and a finished row's output is never read.
+  all of its completion tokens so far, as ``sample`` does, and a finished row's output is never read;
+- a prompt that several rows share (GRPO samples a group of G completions per prompt) goes through the prompt pass
+  once, and its keys and values are copied to each of its rows: for 16 prompts x 8 rows that pass took 5 ms here
+  instead of 36 ms, about 8% of a sampling call.
 
 It reads the weights when it is built (``sample`` builds one per call), never copies the model's math into a second
 set of parameters, and runs only where it computes transformers' Llama (up to float rounding): ``supports(model)``
@@ -101,32 +104,53 @@ class LlamaDecoder:
             scores = scores.masked_fill(~mask, float("-inf"))
         return (scores.softmax(dim=-1) @ v).view(B, H, 1, D)  # (B, H, 1, D)
 
+    def _distinct_prompts(self, ids: torch.Tensor, pos: torch.Tensor):
+        """The prompts (B, P) without repeats: rows with the same tokens, positions and padding are one prompt.
+
+        Returns its ids and positions (U, P), its padding mask (U, 1, 1, L) or None, and ``rows`` (B,), the index of
+        each row's prompt among the U; ``rows`` is None, and the batch unchanged, when no prompt repeats."""
+        B, P = ids.shape
+        key = [ids, pos] if self.keep is None else [ids, pos, self.keep[:, 0, 0, :P].long()]
+        distinct, rows = torch.unique(torch.cat(key, dim=1), dim=0, return_inverse=True)  # (U, .), (B,)
+        if len(distinct) == B:
+            return ids, pos, self.keep, None
+        first = torch.empty(len(distinct), dtype=torch.long, device=ids.device)
+        first[rows] = torch.arange(B, device=ids.device)  # (U,) a row of each distinct prompt
+        return ids[first], pos[first], None if self.keep is None else self.keep[first], rows
+
     @torch.no_grad()
     def __call__(self, ids: torch.Tensor, pos: torch.Tensor) -> torch.Tensor:
         """Logits after the last of ``ids`` (B, T), with position ids ``pos`` (B, T); caches their keys and values.
 
         Returns (B, V)."""
-        B, T = ids.shape
-        s0, s1 = self.S, self.S + T
-        h = F.embedding(ids, self.embed)  # (B, T, E)
-        freqs = pos[..., None].float() * self.inv_freq  # (B, T, D/2)
-        emb = torch.cat([freqs, freqs], dim=-1)[:, None]  # (B, 1, T, D)
+        s0, s1 = self.S, self.S + ids.shape[1]
+        keep, rows = self.keep, None  # rows (B,): the computed row that holds each row's prompt; None: each its own
+        if s0 == 0 and ids.shape[1] > 1:
+            ids, pos, keep, rows = self._distinct_prompts(ids, pos)
+        U, T = ids.shape  # U rows computed: B, or the distinct prompts
+        h = F.embedding(ids, self.embed)  # (U, T, E)
+        freqs = pos[..., None].float() * self.inv_freq  # (U, T, D/2)
+        emb = torch.cat([freqs, freqs], dim=-1)[:, None]  # (U, 1, T, D)
         cos, sin = emb.cos().to(h.dtype), emb.sin().to(h.dtype)
-        mask = None if self.keep is None else self.keep[..., :s1]  # (B, 1, 1, S)
+        mask = None if keep is None else keep[..., :s1]  # (U, 1, 1, S)
         if T > 1:  # the prompt: causal as well; a padding query also sees itself, so its softmax is never empty
             causal = torch.ones(T, T, dtype=torch.bool, device=h.device).tril()  # (T, T)
             mask = causal if mask is None else (mask & causal) | torch.eye(T, dtype=torch.bool, device=h.device)
         for i, (w_in, w_qkv, w_o, w_post, w_gu, w_down) in enumerate(self.layers):
-            x = F.rms_norm(h, (h.shape[-1],), w_in, self.eps)  # (B, T, E)
-            qkv = (x @ w_qkv.T).view(B, T, self.H + 2 * self.K, self.D).transpose(1, 2)  # (B, H + 2K, T, D)
-            q, k, v = qkv.split([self.H, self.K, self.K], dim=1)  # (B, H, T, D), (B, K, T, D), (B, K, T, D)
-            self.k_cache[i, :, :, s0:s1] = self._rope(k, cos, sin)
-            self.v_cache[i, :, :, s0:s1] = v
-            att = self._attend(self._rope(q, cos, sin), self.k_cache[i, :, :, :s1], self.v_cache[i, :, :, :s1], mask)
-            h = h + att.transpose(1, 2).reshape(B, T, -1) @ w_o.T  # (B, T, E)
+            x = F.rms_norm(h, (h.shape[-1],), w_in, self.eps)  # (U, T, E)
+            qkv = (x @ w_qkv.T).view(U, T, self.H + 2 * self.K, self.D).transpose(1, 2)  # (U, H + 2K, T, D)
+            q, k, v = qkv.split([self.H, self.K, self.K], dim=1)  # (U, H, T, D), (U, K, T, D), (U, K, T, D)
+            k = self._rope(k, cos, sin)
+            self.k_cache[i, :, :, s0:s1] = k if rows is None else k[rows]  # each row gets its prompt's keys
+            self.v_cache[i, :, :, s0:s1] = v if rows is None else v[rows]
+            if s0 > 0:  # a new token attends to the cache; the prompts (s0 = 0) to their own keys and values
+                k, v = self.k_cache[i, :, :, :s1], self.v_cache[i, :, :, :s1]
+            att = self._attend(self._rope(q, cos, sin), k, v, mask)
+            h = h + att.transpose(1, 2).reshape(U, T, -1) @ w_o.T  # (U, T, E)
             x = F.rms_norm(h, (h.shape[-1],), w_post, self.eps)
-            gate, up = (x @ w_gu.T).chunk(2, dim=-1)  # (B, T, I) each
-            h = h + (F.silu(gate) * up) @ w_down.T  # (B, T, E)
+            gate, up = (x @ w_gu.T).chunk(2, dim=-1)  # (U, T, I) each
+            h = h + (F.silu(gate) * up) @ w_down.T  # (U, T, E)
         self.S = s1
-        last = F.rms_norm(h[:, -1], (h.shape[-1],), self.norm, self.eps)  # (B, E)
-        return last @ self.head.T  # (B, V)
+        last = F.rms_norm(h[:, -1], (h.shape[-1],), self.norm, self.eps)  # (U, E)
+        logits = last @ self.head.T  # (U, V)
+        return logits if rows is None else logits[rows]  # (B, V)
