@@ -311,12 +311,14 @@ def weights_per_token(model) -> int:
 
 def floor_s(result, task, gflops: float) -> float:
     """Seconds per step of the matrix products on real tokens alone, at ``gflops``: 2 FLOPs per weight per token for
-    sampling (a forward pass), 6 for training (forward and backward) on the rows that went through it. Padding,
-    attention scores and every other operation count zero, so no implementation gets below it."""
+    sampling (a forward pass; a prompt once, however many rows share it), 6 for training (forward and backward) on the
+    rows that went through it. Padding, attention scores and every other operation count zero, so no implementation
+    gets below it."""
     h, w = result.history, weights_per_token(result.model)
-    rows = result.config.prompts_per_step * result.config.group_size  # sampled per step
+    prompts = result.config.prompts_per_step
+    rows = prompts * result.config.group_size  # sampled per step
     prompt = len(result.tokenizer(draw_problems(task, 1, 0, 0)[0].prompt)["input_ids"])  # bos + the characters
-    flops = sum(2 * w * rows * (prompt + n) + 6 * w * live * (prompt + n)
+    flops = sum(2 * w * (prompts * prompt + rows * n) + 6 * w * live * (prompt + n)
                 for n, live in zip(h["length"], h["rows_computed"]))  # fmt: skip
     return flops / gflops / 1e9 / len(h["length"])
 
@@ -440,7 +442,7 @@ def write_table(rows: list[dict], args, total_s: float, gflops: float) -> None:
         f"Median held-out accuracy after training: minirl {med['minirl']['after']:.3f}, "
         f"TRL {med['TRL']['after']:.3f} (untrained {rows[0]['before']:.3f}).",
         f"Floor: the matrix products on real tokens alone at this CPU's speed for one 512 x 512 product "
-        f"({gflops:.0f} GFLOP/s, one thread), 2 FLOPs per weight per token sampled and 6 per token trained on (of "
+        f"({gflops:.0f} GFLOP/s, one thread), 2 FLOPs per weight per token sampled (a prompt once per group) and 6 per token trained on (of "
         f"the rows minirl computed): median {statistics.median(r['floor_s'] for r in rows if 'floor_s' in r):.2f} "
         "s/step. Padding, attention scores and all other operations count zero.",
         "minirl's sample and train times are its history's `sample_s` and `train_s`; TRL's sample time is spent in "
