@@ -442,9 +442,10 @@ def write_table(rows: list[dict], args, total_s: float, gflops: float) -> None:
         f"Median held-out accuracy after training: minirl {med['minirl']['after']:.3f}, "
         f"TRL {med['TRL']['after']:.3f} (untrained {rows[0]['before']:.3f}).",
         f"Floor: the matrix products on real tokens alone at this CPU's speed for one 512 x 512 product "
-        f"({gflops:.0f} GFLOP/s, one thread), 2 FLOPs per weight per token sampled (a prompt once per group) and 6 per token trained on (of "
-        f"the rows minirl computed): median {statistics.median(r['floor_s'] for r in rows if 'floor_s' in r):.2f} "
-        "s/step. Padding, attention scores and all other operations count zero.",
+        f"({gflops:.0f} GFLOP/s, one thread), 2 FLOPs per weight per token sampled (a prompt once per group) and 6 "
+        f"per token trained on (of the rows minirl computed): median "
+        f"{statistics.median(r['floor_s'] for r in rows if 'floor_s' in r):.2f} s/step. "
+        "Padding, attention scores and all other operations count zero.",
         "minirl's sample and train times are its history's `sample_s` and `train_s`; TRL's sample time is spent in "
         "`_generate_and_score_completions` (generation, reward, advantages), its train time is the rest of its loop "
         "(from `on_train_begin` to `on_train_end`). Setup: loading the model and building the trainer (for minirl, "
