@@ -147,13 +147,13 @@ class LlamaDecoder:
         for i, (w_in, w_qkv, w_o, w_post, w_gu, w_down) in enumerate(self.layers):
             x = F.rms_norm(h, (h.shape[-1],), w_in, self.eps)  # (U, T, E)
             qkv = (x @ w_qkv.T).view(U, T, self.H + 2 * self.K, self.D).transpose(1, 2)  # (U, H + 2K, T, D)
-            q, k, v = qkv.split([self.H, self.K, self.K], dim=1)  # (U, H, T, D), (U, K, T, D), (U, K, T, D)
-            k = self._rope(k, cos, sin)
+            qk = self._rope(qkv[:, : self.H + self.K], cos, sin)  # (U, H + K, T, D): q and k rotated together
+            q, k, v = qk[:, : self.H], qk[:, self.H :], qkv[:, self.H + self.K :]  # (U, H | K | K, T, D)
             self.k_cache[i, :, :, s0:s1] = k if rows is None else k[rows]  # each row gets its prompt's keys
             self.v_cache[i, :, :, s0:s1] = v if rows is None else v[rows]
             if s0 > 0:  # a new token attends to the whole cache, masked; the prompts (s0 = 0) to their own keys
                 k, v = self.k_cache[i], self.v_cache[i]  # (B, K, L, D) each
-            att = self._attend(self._rope(q, cos, sin), k, v, mask)
+            att = self._attend(q, k, v, mask)
             h = h + att.transpose(1, 2).reshape(U, T, -1) @ w_o.T  # (U, T, E)
             x = F.rms_norm(h, (h.shape[-1],), w_post, self.eps)
             gate, up = (x @ w_gu.T).chunk(2, dim=-1)  # (U, T, I) each
