@@ -7,6 +7,7 @@ import pytest
 import torch
 
 from minirl.lm import build_tokenizer, logprobs, make_model, sample, sft
+from minirl.lm.sampling import completion_logprobs
 
 SIZES = dict(hidden_size=32, num_layers=2, num_heads=2, intermediate_size=64)
 PROMPTS = ["1+1=", "347+585=", "sort 42 7 88 15=", "9", "12+34="]
@@ -47,6 +48,32 @@ def test_sampler_logp_matches_brute_force_and_logprobs(model, tok, temperature):
         n_completion = int(s.completion_mask[i].sum())
         torch.testing.assert_close(s.logp[i][s.completion_mask[i]].double(), brute[-n_completion:], atol=2e-5, rtol=0)
         torch.testing.assert_close(recomputed[i][s.mask[i]][1:].double(), brute, atol=2e-5, rtol=0)
+
+
+@pytest.mark.parametrize("temperature", [1.0, 0.7])
+def test_completion_logprobs_compute_each_prompt_once_and_equal_logprobs(model, tok, temperature):
+    """Rows that repeat a prompt (and prompts of different lengths, so left padding): values and gradients equal to
+    one forward pass over every whole row, with 3 rows through the prompt pass instead of 7."""
+    prompts = ["1+1=", "347+585=", "1+1=", "9", "347+585=", "1+1=", "9"]
+    s = sample(model, tok, prompts, max_new_tokens=30, temperature=temperature, seed=2)
+    assert s.truncated.any() and not s.truncated.all()
+    weights = torch.randn(s.completion_ids.shape, generator=torch.Generator().manual_seed(0))  # (B, C)
+    params = list(model.parameters())
+    P = s.prompt_ids.shape[1]
+    want = logprobs(model, s.ids, s.mask, temperature)[:, P:]  # (B, C)
+    want_grads = torch.autograd.grad((want * weights).sum(), params)
+    batch_sizes = []
+    hook = model.register_forward_pre_hook(lambda _, args, kwargs: batch_sizes.append(len(kwargs["input_ids"])),
+                                           with_kwargs=True)  # fmt: skip
+    try:
+        got = completion_logprobs(model, s.prompt_ids, s.prompt_mask, s.completion_ids, s.completion_mask, temperature)
+    finally:
+        hook.remove()
+    assert batch_sizes == [3, 7]  # the distinct prompts, then every row's completion
+    torch.testing.assert_close(got, want, atol=2e-5, rtol=0)
+    assert (got[~s.completion_mask] == 0).all()
+    for g, w in zip(torch.autograd.grad((got * weights).sum(), params), want_grads):
+        torch.testing.assert_close(g, w, atol=1e-5, rtol=1e-4)
 
 
 def test_masks_include_eos_and_mark_truncation(model, tok):

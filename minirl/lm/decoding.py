@@ -50,6 +50,16 @@ def supports(model) -> bool:
     )
 
 
+def distinct_rows(*columns: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """The distinct rows of ``columns`` (each (B, ...), read side by side): ``first`` (U,), a row index of each, and
+    ``rows`` (B,), the index among the U of each row, so that ``x[first][rows]`` is ``x`` for any of the columns."""
+    key = torch.cat([c.reshape(len(c), -1).long() for c in columns], dim=1)  # (B, .)
+    distinct, rows = torch.unique(key, dim=0, return_inverse=True)  # (U, .), (B,)
+    first = torch.empty(len(distinct), dtype=torch.long, device=key.device)
+    first[rows] = torch.arange(len(key), device=key.device)  # (U,) one row of each distinct key
+    return first, rows
+
+
 class LlamaDecoder:
     """Next-token logits with a preallocated KV cache for ``batch`` rows of up to ``length`` tokens."""
 
@@ -114,13 +124,10 @@ class LlamaDecoder:
 
         Returns its ids and positions (U, P), its padding mask (U, 1, 1, L) or None, and ``rows`` (B,), the index of
         each row's prompt among the U; ``rows`` is None, and the batch unchanged, when no prompt repeats."""
-        B, P = ids.shape
-        key = [ids, pos] if self.keep is None else [ids, pos, self.keep[:, 0, 0, :P].long()]
-        distinct, rows = torch.unique(torch.cat(key, dim=1), dim=0, return_inverse=True)  # (U, .), (B,)
-        if len(distinct) == B:
+        P = ids.shape[1]
+        first, rows = distinct_rows(ids, pos, *([] if self.keep is None else [self.keep[:, 0, 0, :P]]))
+        if len(first) == len(ids):
             return ids, pos, self.keep, None
-        first = torch.empty(len(distinct), dtype=torch.long, device=ids.device)
-        first[rows] = torch.arange(B, device=ids.device)  # (U,) a row of each distinct prompt
         return ids[first], pos[first], None if self.keep is None else self.keep[first], rows
 
     @torch.no_grad()

@@ -47,7 +47,7 @@ from minirl.lm import rewards as rw
 from minirl.lm.config import GRPOConfig
 from minirl.lm.evaluation import evaluate
 from minirl.lm.model import load
-from minirl.lm.sampling import logprobs, sample
+from minirl.lm.sampling import completion_logprobs, sample
 from minirl.lm.sft import SCHEDULES, lr_at
 from minirl.lm.tasks import TASKS, Problem, get_task, split_of, token_budget
 from minirl.lm.tokenizer import render_prompt
@@ -274,25 +274,26 @@ def train(
         idle = n_live > 0 and not len(live)  # others train, this one has no row with signal
         if idle:  # DDP needs a backward pass from every process: one row, at weight 0, adds a zero gradient
             live, share = torch.zeros(1, dtype=torch.long, device=device), 0.0
-        P = smp.prompt_ids.shape[1]
-        b_ids, b_mask = smp.ids[live], smp.mask[live]  # (B'', L)
-        b_cmask, b_old_logp, b_adv = smp.completion_mask[live], smp.logp[live], adv[live]  # (B'', C), (B'', C), (B'',)
+        b_pids, b_pmask = smp.prompt_ids[live], smp.prompt_mask[live]  # (B'', P) each
+        b_cids, b_cmask = smp.completion_ids[live], smp.completion_mask[live]  # (B'', C) each
+        b_old_logp, b_adv = smp.logp[live], adv[live]  # (B'', C), (B'',)
         # The rows go through the model in chunks of similar completion length, each cut to its own longest
         # completion: the padding after short completions is never computed (on a 128-row batch of addition here,
         # 13% of the tokens and 17% of the time of a forward and backward pass). The loss sums over rows (or tokens)
         # and divides by the whole batch's count, so each chunk's loss is scaled by its share of that count: the
-        # chunks' losses add up to the batch's loss, and their backward passes to its gradient.
-        chunks = []  # per chunk: (rows, completion columns, share of the denominator, log pi_ref or None)
+        # chunks' losses add up to the batch's loss, and their backward passes to its gradient. Within a chunk, each
+        # distinct prompt goes through the model once (``completion_logprobs``): a group's rows share its prompt.
+        chunks = []  # per chunk: (rows, completion columns, its rows' tokens, share of the denominator, log pi_ref)
         for rows_j in length_chunks(b_cmask, CHUNK_ROWS) if len(live) else []:
             C_j = int(b_cmask[rows_j].sum(dim=1).max())
+            rows_data = b_pids[rows_j], b_pmask[rows_j], b_cids[rows_j, :C_j], b_cmask[rows_j, :C_j]  # (B_j, P | C_j)
             in_j = torch.zeros(len(live), dtype=torch.bool, device=device)
             in_j[rows_j] = True
             ref_j = None
             if ref_model is not None:
                 with torch.no_grad(), distributed.autocast(device):
-                    ref_j = logprobs(ref_model, b_ids[rows_j, : P + C_j], b_mask[rows_j, : P + C_j], cfg.temperature)
-                ref_j = ref_j[:, P:]  # (B_j, C_j)
-            chunks.append((rows_j, C_j, denominator_share(b_cmask, in_j, cfg.loss_agg), ref_j))
+                    ref_j = completion_logprobs(ref_model, *rows_data, cfg.temperature)  # (B_j, C_j)
+            chunks.append((rows_j, C_j, rows_data, denominator_share(b_cmask, in_j, cfg.loss_agg), ref_j))
 
         # --- update: mu gradient steps on the batch, reusing the old log-probs ---
         lr = lr_at(step, cfg)  # the schedule's lr at this step: cfg.lr throughout under "constant" without warm-up
@@ -303,12 +304,10 @@ def train(
         for _ in range(cfg.iterations if n_rows else 0):  # nothing kept by any process: no update this step
             optimizer.zero_grad(set_to_none=True)
             tally = torch.zeros(5, device=device)  # the loss / W, then clip, kl_old, kl_ref summed over tokens, tokens
-            for j, (rows_j, C_j, share_j, ref_j) in enumerate(chunks):
-                cols = P + C_j
+            for j, (rows_j, C_j, rows_data, share_j, ref_j) in enumerate(chunks):
                 with distributed.no_sync(ddp_model, skip=j < len(chunks) - 1):  # DDP averages after the last chunk
                     with distributed.autocast(device):  # bf16 on a GPU: ratios start at 1 only up to its rounding
-                        logp = logprobs(ddp_model, b_ids[rows_j, :cols], b_mask[rows_j, :cols], cfg.temperature)
-                    logp = logp[:, P:]  # (B_j, C_j)
+                        logp = completion_logprobs(ddp_model, *rows_data, cfg.temperature)  # (B_j, C_j)
                     _validate.check_finite(step + 1, CAUSES, **{"the policy's log-probs": logp})
                     old_j, cmask_j = b_old_logp[rows_j, :C_j], b_cmask[rows_j, :C_j]  # (B_j, C_j) each
                     loss = (share * share_j) * grpo_loss(

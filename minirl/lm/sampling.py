@@ -87,6 +87,61 @@ def logprobs(model, ids: torch.Tensor, mask: torch.Tensor, temperature: float = 
     return torch.where(scored, logp, torch.zeros_like(logp))
 
 
+def completion_logprobs(
+    model,
+    prompt_ids: torch.Tensor,
+    prompt_mask: torch.Tensor,
+    completion_ids: torch.Tensor,
+    completion_mask: torch.Tensor,
+    temperature: float = 1.0,
+) -> torch.Tensor:
+    """log pi(o_t | q, o_<t) of every completion token, each distinct prompt q computed once. Keeps the graph.
+
+    GRPO writes G completions per prompt, so most rows of a batch repeat a prompt. Here each distinct prompt goes
+    through the model once; its keys and values (with their graph) are copied to each of its rows, and the
+    completions then run on top of them as on a KV cache. The backward pass sums the rows' gradients into the one
+    copy, so a prompt's forward and backward passes cost one row's work instead of G rows'. Only the last prompt
+    position's logits are scored, as no prompt token is. On a GRPO chunk of 32 addition rows (4 prompts, 42
+    completion columns) a forward and backward pass took 125 ms here against 138 ms for ``logprobs`` on whole rows.
+
+    Args:
+        prompt_ids, prompt_mask: (B, P) left-padded prompts (``Samples.prompt_ids``, ``Samples.prompt_mask``).
+        completion_ids, completion_mask: (B, C) completions, True up to and including the eos.
+
+    Returns:
+        (B, C) log-probs, 0 on padding: ``logprobs(model, ids, mask)[:, P:]`` of the same rows, up to float rounding
+        (``tests/test_lm_sampling.py`` checks values and gradients).
+    """
+    temperature = _check_temperature(temperature)
+    if prompt_ids.shape != prompt_mask.shape or completion_ids.shape != completion_mask.shape:
+        shapes = [tuple(x.shape) for x in (prompt_ids, prompt_mask, completion_ids, completion_mask)]
+        raise ValueError(f"the prompts' ids and mask must both be (B, P), the completions' both (B, C), got {shapes}")
+    P, core = prompt_ids.shape[1], getattr(model, "module", model)  # the model itself, also when DDP wraps it
+    prompt_mask, completion_mask = prompt_mask.bool(), completion_mask.bool()
+    first, rows = decoding.distinct_rows(prompt_ids, prompt_mask)  # (U,), (B,)
+    cache, kwarg = DynamicCache(config=core.config), cache_kwarg(core)
+    u_mask = prompt_mask[first]  # (U, P)
+    u_logits = model(
+        input_ids=prompt_ids[first],
+        attention_mask=u_mask.long(),
+        position_ids=positions(u_mask),
+        use_cache=True,
+        **{kwarg: cache},
+    ).logits[:, -1]  # (U, V)
+    cache.batch_select_indices(rows)  # each row its prompt's keys and values, (B, K, P, D) per layer
+    mask = torch.cat([prompt_mask, completion_mask], dim=1)  # (B, P + C)
+    logits = model(
+        input_ids=completion_ids,
+        attention_mask=mask.long(),
+        position_ids=positions(mask)[:, P:],
+        use_cache=True,
+        **{kwarg: cache},
+    ).logits  # (B, C, V)
+    logits = torch.cat([u_logits[rows, None], logits[:, :-1]], dim=1)  # (B, C, V): the logits before each o_t
+    logp = torch.log_softmax(logits.float() / temperature, dim=-1).gather(-1, completion_ids[..., None]).squeeze(-1)
+    return torch.where(completion_mask, logp, torch.zeros_like(logp))  # (B, C)
+
+
 def check_prompts(model, tokenizer, prompts: list[str], ids: torch.Tensor, mask: torch.Tensor, max_new: int) -> None:
     """Raise when a prompt cannot be completed faithfully: it holds text the vocabulary lacks (it would be read as the
     unknown token, and vanish from the decoded text), or it leaves fewer than ``max_new`` of the model's positions.
