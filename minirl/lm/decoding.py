@@ -107,7 +107,8 @@ class LlamaDecoder:
     def _attend(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
         """softmax(q k^T / sqrt(D)) v (Vaswani et al. 2017), the H / K query heads of a group sharing one key head.
 
-        q: (B, H, T, D); k, v: (B, K, S, D); mask: None, (L,), (B, 1, 1, S) or (B, 1, T, S), True where attended.
+        q: (B, H, T, D); k, v: (B, K, S, D), the whole cache (S = L) for a new token; mask: None, (L,), (B, 1, 1, S)
+        or (B, 1, T, S), True where attended.
         Returns (B, H, T, D). One new token (T = 1) takes two batched matrix products: under the profiler torch's
         fused attention kernel took 0.90 ms per call on 128 rows here, and these two 0.75 ms together."""
         B, H, T, D = q.shape

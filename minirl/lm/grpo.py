@@ -309,7 +309,7 @@ def train(
                     with distributed.autocast(device):  # bf16 on a GPU: ratios start at 1 only up to its rounding
                         logp = completion_logprobs(ddp_model, *rows_data, cfg.temperature)  # (B_j, C_j)
                     _validate.check_finite(step + 1, CAUSES, **{"the policy's log-probs": logp})
-                    old_j, cmask_j = b_old_logp[rows_j, :C_j], b_cmask[rows_j, :C_j]  # (B_j, C_j) each
+                    old_j, cmask_j = b_old_logp[rows_j, :C_j], rows_data[-1]  # (B_j, C_j) each
                     loss = (share * share_j) * grpo_loss(
                         logp,
                         old_j,

@@ -63,6 +63,11 @@ def _check_temperature(temperature: float) -> float:
     return float(temperature)
 
 
+def token_logprobs(logits: torch.Tensor, tokens: torch.Tensor, temperature: float) -> torch.Tensor:
+    """log softmax(logits / temperature) at ``tokens``: (B, T, V) logits and (B, T) tokens -> (B, T)."""
+    return torch.log_softmax(logits.float() / temperature, dim=-1).gather(-1, tokens[..., None]).squeeze(-1)
+
+
 def logprobs(model, ids: torch.Tensor, mask: torch.Tensor, temperature: float = 1.0) -> torch.Tensor:
     """log pi(ids_t | ids_<t) of the temperature-scaled softmax for every column t, in one forward pass, no cache.
 
@@ -80,8 +85,7 @@ def logprobs(model, ids: torch.Tensor, mask: torch.Tensor, temperature: float = 
         raise ValueError(f"ids and mask must both be (B, L), got {tuple(ids.shape)} and {tuple(mask.shape)}")
     mask = mask.bool()
     logits = model(input_ids=ids, attention_mask=mask.long(), position_ids=positions(mask)).logits  # (B, L, V)
-    logp_all = torch.log_softmax(logits[:, :-1].float() / temperature, dim=-1)  # (B, L-1, V)
-    logp = logp_all.gather(-1, ids[:, 1:, None]).squeeze(-1)  # (B, L-1), token t+1 given tokens <= t
+    logp = token_logprobs(logits[:, :-1], ids[:, 1:], temperature)  # (B, L-1), token t+1 given tokens <= t
     logp = torch.nn.functional.pad(logp, (1, 0))  # (B, L)
     scored = mask & (positions(mask) > 0)  # a row's first real token has no context to be scored in
     return torch.where(scored, logp, torch.zeros_like(logp))
@@ -138,8 +142,8 @@ def completion_logprobs(
         **{kwarg: cache},
     ).logits  # (B, C, V)
     logits = torch.cat([u_logits[rows, None], logits[:, :-1]], dim=1)  # (B, C, V): the logits before each o_t
-    logp = torch.log_softmax(logits.float() / temperature, dim=-1).gather(-1, completion_ids[..., None]).squeeze(-1)
-    return torch.where(completion_mask, logp, torch.zeros_like(logp))  # (B, C)
+    logp = token_logprobs(logits, completion_ids, temperature)  # (B, C)
+    return torch.where(completion_mask, logp, torch.zeros_like(logp))
 
 
 def check_prompts(model, tokenizer, prompts: list[str], ids: torch.Tensor, mask: torch.Tensor, max_new: int) -> None:
