@@ -62,18 +62,34 @@ def test_completion_logprobs_compute_each_prompt_once_and_equal_logprobs(model, 
     P = s.prompt_ids.shape[1]
     want = logprobs(model, s.ids, s.mask, temperature)[:, P:]  # (B, C)
     want_grads = torch.autograd.grad((want * weights).sum(), params)
-    batch_sizes = []
-    hook = model.register_forward_pre_hook(lambda _, args, kwargs: batch_sizes.append(len(kwargs["input_ids"])),
+    shapes = []
+    hook = model.register_forward_pre_hook(lambda _, args, kwargs: shapes.append(tuple(kwargs["input_ids"].shape)),
                                            with_kwargs=True)  # fmt: skip
     try:
         got = completion_logprobs(model, s.prompt_ids, s.prompt_mask, s.completion_ids, s.completion_mask, temperature)
     finally:
         hook.remove()
-    assert batch_sizes == [3, 7]  # the distinct prompts, then every row's completion
+    C = s.completion_ids.shape[1]
+    assert shapes == [(3, P), (7, C - 1)]  # the distinct prompts, then every row's completion but its last column
     torch.testing.assert_close(got, want, atol=2e-5, rtol=0)
     assert (got[~s.completion_mask] == 0).all()
     for g, w in zip(torch.autograd.grad((got * weights).sum(), params), want_grads):
         torch.testing.assert_close(g, w, atol=1e-5, rtol=1e-4)
+
+
+def test_completion_logprobs_of_one_token_completions_need_only_the_prompt_pass(model, tok):
+    """A completion of one column is scored from the prompts' last logits alone: the same numbers as whole rows."""
+    s = sample(model, tok, ["1+1=", "347+585=", "1+1="], max_new_tokens=1, seed=4)
+    P = s.prompt_ids.shape[1]
+    want = logprobs(model, s.ids, s.mask)[:, P:]  # (B, 1)
+    calls = []
+    hook = model.register_forward_pre_hook(lambda *_: calls.append(1))
+    try:
+        got = completion_logprobs(model, s.prompt_ids, s.prompt_mask, s.completion_ids, s.completion_mask)
+    finally:
+        hook.remove()
+    assert len(calls) == 1 and got.shape == (3, 1)
+    torch.testing.assert_close(got, want, atol=2e-5, rtol=0)
 
 
 def test_masks_include_eos_and_mark_truncation(model, tok):

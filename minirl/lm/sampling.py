@@ -107,6 +107,8 @@ def completion_logprobs(
     copy, so a prompt's forward and backward passes cost one row's work instead of G rows'. Only the last prompt
     position's logits are scored, as no prompt token is. On a GRPO chunk of 32 addition rows (4 prompts, 42
     completion columns) a forward and backward pass took 125 ms here against 138 ms for ``logprobs`` on whole rows.
+    The last completion column is scored but never fed, as no token after it reads it: one column of C less to
+    compute, forward and backward (a 32-row chunk of 43 columns: 127.5 ms against 130.9 ms, the same numbers).
 
     Args:
         prompt_ids, prompt_mask: (B, P) left-padded prompts (``Samples.prompt_ids``, ``Samples.prompt_mask``).
@@ -132,16 +134,18 @@ def completion_logprobs(
         use_cache=True,
         **{kwarg: cache},
     ).logits[:, -1]  # (U, V)
-    cache.batch_select_indices(rows)  # each row its prompt's keys and values, (B, K, P, D) per layer
-    mask = torch.cat([prompt_mask, completion_mask], dim=1)  # (B, P + C)
-    logits = model(
-        input_ids=completion_ids,
-        attention_mask=mask.long(),
-        position_ids=positions(mask)[:, P:],
-        use_cache=True,
-        **{kwarg: cache},
-    ).logits  # (B, C, V)
-    logits = torch.cat([u_logits[rows, None], logits[:, :-1]], dim=1)  # (B, C, V): the logits before each o_t
+    logits = u_logits[rows, None]  # (B, 1, V): the logits before o_1
+    if completion_ids.shape[1] > 1:  # the last token o_C is only scored: no later token reads it, so it is not fed
+        cache.batch_select_indices(rows)  # each row its prompt's keys and values, (B, K, P, D) per layer
+        mask = torch.cat([prompt_mask, completion_mask[:, :-1]], dim=1)  # (B, P + C - 1)
+        after = model(
+            input_ids=completion_ids[:, :-1],
+            attention_mask=mask.long(),
+            position_ids=positions(mask)[:, P:],
+            use_cache=True,
+            **{kwarg: cache},
+        ).logits  # (B, C - 1, V): the logits before o_2 ... o_C
+        logits = torch.cat([logits, after], dim=1)  # (B, C, V): the logits before each o_t
     logp = token_logprobs(logits, completion_ids, temperature)  # (B, C)
     return torch.where(completion_mask, logp, torch.zeros_like(logp))
 
