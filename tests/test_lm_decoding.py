@@ -52,7 +52,8 @@ def test_decoder_logits_are_the_models(tok, changes, padded):
     prompts = PROMPTS if padded else ["12+34=", "56+78="]
     enc = tok(prompts, padding=True, padding_side="left", return_tensors="pt")
     P = enc["input_ids"].shape[1]
-    completion = torch.randint(3, len(tok), (len(prompts), 7), generator=torch.Generator().manual_seed(0))
+    # 19 new tokens: the cache grows twice by decoding.GROW = 8 positions, the second time only up to its length
+    completion = torch.randint(3, len(tok), (len(prompts), 19), generator=torch.Generator().manual_seed(0))
     ids = torch.cat([enc["input_ids"], completion], dim=1)  # (B, L)
     mask = torch.cat([enc["attention_mask"].bool(), torch.ones_like(completion, dtype=torch.bool)], dim=1)
     with torch.no_grad():
@@ -88,6 +89,25 @@ def test_a_prompt_that_rows_share_is_computed_once(tok, monkeypatch):
     assert set(rows_computed) == {3}
     got = torch.stack([first] + [dec(ids[:, t : t + 1], pos[:, t : t + 1]) for t in range(P, ids.shape[1])], dim=1)
     torch.testing.assert_close(got, expected[:, P - 1 :], atol=1e-5, rtol=1e-5)
+
+
+def test_the_cache_grows_by_blocks_up_to_its_length(tok):
+    """The cache holds the positions written so far plus at most GROW - 1 more, never more than its length."""
+    model = llama(tok)
+    enc = tok(PROMPTS[:2], padding=True, padding_side="left", return_tensors="pt")
+    ids, mask = enc["input_ids"], enc["attention_mask"].bool()
+    P, L = ids.shape[1], ids.shape[1] + 20
+    dec = decoding.LlamaDecoder(model, 2, L, mask)
+    dec(ids, positions(mask))
+    held = [dec.k_cache.shape[3]]
+    for t in range(20):
+        dec(torch.full((2, 1), 5), positions(mask)[:, -1:] + 1 + t)
+        held.append(dec.k_cache.shape[3])
+    G = decoding.GROW
+    assert held == [min(L, P + G * (1 + t // G) - 1) for t in range(21)]
+    assert dec.v_cache.shape == dec.k_cache.shape and dec.k_cache[:, :, :, P + 20 :].numel() == 0
+    with pytest.raises(ValueError, match=f"holds {L} positions"):
+        dec(torch.full((2, 1), 5), positions(mask)[:, -1:] + 21)
 
 
 def test_select_keeps_the_chosen_rows(tok):
