@@ -96,9 +96,9 @@ class LlamaDecoder:
         self.v_cache = torch.zeros_like(self.k_cache)
         self.S = 0
         self.slots = torch.arange(length, device=w.device)  # (length,) cache positions
-        self.keep = None  # (B, 1, 1, L) bool, the prompts' real tokens (False on padding); None: no padding
+        self.keep = None  # (B, 1, 1, length) bool, the prompts' real tokens (False on padding); None: no padding
         if pad_mask is not None:
-            keep = torch.ones(batch, length, dtype=torch.bool, device=w.device)  # (B, L)
+            keep = torch.ones(batch, length, dtype=torch.bool, device=w.device)  # (B, length), sliced to the cache's L
             keep[:, : pad_mask.shape[1]] = pad_mask
             self.keep = keep[:, None, None, :]
 
