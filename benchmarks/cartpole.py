@@ -1,11 +1,12 @@
 """minirl PPO against Stable-Baselines3 PPO on CartPole-v1, with the rl-baselines3-zoo settings, side by side.
 
     pip install -e ".[bench]"
-    python benchmarks/cartpole.py                  # 3 seeds x 100k steps each, both libraries, about 4 minutes
+    python benchmarks/cartpole.py                  # 3 seeds x 100k steps each, three runs per seed, about 3 minutes
     python benchmarks/cartpole.py --seeds 0 --steps 20000
 
-Both sides run in this process at one thread, alternating per seed, and are evaluated by the same loop (20
-deterministic episodes). Wall time covers building the envs and the model and training. Writes
+minirl runs twice per seed, with autograd and with ``hand_grad=True`` (the chain rule written out). All runs are
+in this process at one thread, alternating per seed, and are evaluated by the same loop (20 deterministic
+episodes). Wall time covers building the envs and the model and training. Writes
 ``benchmarks/results/cartpole.md`` and ``figures/benchmark_cartpole.png``.
 """
 
@@ -31,6 +32,8 @@ from minirl.plotting import save_figure
 from minirl.rollout import evaluate
 
 ENV = "CartPole-v1"
+HAND = "minirl hand_grad"  # PPOConfig(hand_grad=True): the update's gradient by the chain rule, not autograd
+LIBS = ("minirl", HAND, "SB3")
 
 
 def linear(start: float):
@@ -126,18 +129,18 @@ def main() -> None:
     args = parser.parse_args()
     torch.set_num_threads(1)
 
-    rows, curves = [], {"minirl": [], "SB3": []}
+    rows, curves = [], {lib: [] for lib in LIBS}
     for seed in args.seeds:
-        cfg = ppo.PPOConfig(env_id=ENV, total_steps=args.steps, seed=seed, vf_coef=1.0)  # SB3's 0.5 on its MSE
-        assert_same_hyperparameters(sb3_model(seed), cfg)
-
-        t0 = time.perf_counter()
-        result = ppo.train(cfg)
-        wall = time.perf_counter() - t0
-        mean, std = evaluate(result.policy, ENV, episodes=20, seed=1000)
-        h = result.history
-        rows.append(("minirl", seed, wall, mean, std, sum(h["rollout_s"]), sum(h["update_s"])))
-        curves["minirl"].append((h["step"], h["return_mean"]))
+        for lib, hand_grad in (("minirl", False), (HAND, True)):
+            cfg = ppo.PPOConfig(env_id=ENV, total_steps=args.steps, seed=seed, vf_coef=1.0, hand_grad=hand_grad)
+            assert_same_hyperparameters(sb3_model(seed), cfg)  # vf_coef 1.0: SB3's 0.5 on its MSE
+            t0 = time.perf_counter()
+            result = ppo.train(cfg)
+            wall = time.perf_counter() - t0
+            mean, std = evaluate(result.policy, ENV, episodes=20, seed=1000)
+            h = result.history
+            rows.append((lib, seed, wall, mean, std, sum(h["rollout_s"]), sum(h["update_s"])))
+            curves[lib].append((h["step"], h["return_mean"]))
 
         t0 = time.perf_counter()
         model, curve = sb3_model(seed), Curve()
@@ -146,9 +149,9 @@ def main() -> None:
         mean, std = evaluate_sb3(model)
         rows.append(("SB3", seed, wall, mean, std, curve.rollout_s, wall - curve.rollout_s))
         curves["SB3"].append((curve.steps, curve.returns))
-        print(rows[-2], rows[-1], flush=True)
+        print(*rows[-3:], sep="\n", flush=True)
 
-    write_table(rows, args, profile_update(), ppo_floor(ppo.PPOConfig(total_steps=args.steps)))
+    write_table(rows, args, profile_update(), compare_backward(), ppo_floor(ppo.PPOConfig(total_steps=args.steps)))
     plot(curves, f"PPO on {ENV}, zoo settings, {len(args.seeds)} seeds", "benchmark_cartpole")
 
 
@@ -185,6 +188,34 @@ def profile_update(repeats: int = 1000) -> list[tuple[str, float]]:
     return [(k, 1e6 * v / repeats) for k, v in timings.items()]
 
 
+def compare_backward(repeats: int = 2000) -> dict[str, float]:
+    """Microseconds per whole minibatch update (256 transitions, two 64-64 MLPs; the loss, its gradient, the clip
+    and Adam), with autograd and with ``hand_grad=True``, alternating in blocks of 100 so that drift hits both."""
+    from minirl._validate import finite_checked
+    from minirl.algos.common import clip_grad_norm, one_buffer
+    from minirl.policies import Policy, spec_for
+
+    torch.manual_seed(0)
+    policy = Policy(spec_for(gym.make(ENV)))
+    mb_b = {"obs": torch.randn(256, 4), "act": torch.randint(0, 2, (256,)), "logp": torch.randn(256) - 0.7}
+    mb_b |= {"adv": torch.randn(256), "ret": torch.randn(256), "val": torch.randn(256)}
+    cfg, clip = ppo.PPOConfig(vf_coef=1.0), (0.2, None)
+    totals = {"autograd": 0.0, "hand_grad": 0.0}
+    with one_buffer(policy) as flat, finite_checked():
+        opt = torch.optim.Adam([flat], lr=1e-4, eps=1e-5, fused=True)
+        for block in range(2 * repeats // 100):
+            name = ("autograd", "hand_grad")[block % 2]
+            backward = ppo.autograd_backward if name == "autograd" else ppo.hand_backward
+            t0 = time.perf_counter()
+            for _ in range(100):
+                flat.grad.zero_()
+                backward(policy, mb_b, cfg, clip)
+                clip_grad_norm([flat], cfg.max_grad_norm)
+                opt.step()
+            totals[name] += time.perf_counter() - t0
+    return {name: 1e6 * total / repeats for name, total in totals.items()}
+
+
 def ppo_floor(cfg: ppo.PPOConfig) -> tuple[float, float, str]:
     """The floors (``_floor``) of one run: acting (the actor on N observations per step), one batched actor + critic
     pass over each rollout, and forward + backward of both networks on every minibatch of every epoch."""
@@ -200,7 +231,7 @@ def ppo_floor(cfg: ppo.PPOConfig) -> tuple[float, float, str]:
     return floors(flops, kernels, cfg.total_steps, ENV)
 
 
-def write_table(rows, args, profile, floor) -> None:
+def write_table(rows, args, profile, backward, floor) -> None:
     lines = [
         f"# PPO on {ENV}: minirl vs Stable-Baselines3",
         "",
@@ -216,17 +247,21 @@ def write_table(rows, args, profile, floor) -> None:
             f"| {lib} | {seed} | {wall:.1f} | {args.steps / wall:,.0f} | {roll:.1f} | {upd:.1f} | "
             f"{mean:.1f} ± {std:.1f} |"
         )
-    med = {lib: statistics.median(r[2] for r in rows if r[0] == lib) for lib in ("minirl", "SB3")}
-    evals = {lib: statistics.median(r[3] for r in rows if r[0] == lib) for lib in ("minirl", "SB3")}
+    med = {lib: statistics.median(r[2] for r in rows if r[0] == lib) for lib in LIBS}
+    evals = {lib: statistics.median(r[3] for r in rows if r[0] == lib) for lib in LIBS}
     lines += [
         "",
-        f"Median wall time: minirl {med['minirl']:.1f} s, SB3 {med['SB3']:.1f} s; "
-        f"ratio minirl / SB3 = **{med['minirl'] / med['SB3']:.2f}x** (target 0.4x). "
-        f"Median evaluation return: minirl {evals['minirl']:.1f}, SB3 {evals['SB3']:.1f}.",
+        f"Median wall time: minirl {med['minirl']:.1f} s, {HAND} {med[HAND]:.1f} s, SB3 {med['SB3']:.1f} s; "
+        f"ratio minirl / SB3 = **{med['minirl'] / med['SB3']:.2f}x**, {HAND} / SB3 = "
+        f"**{med[HAND] / med['SB3']:.2f}x** (target 0.4x). Median evaluation return: "
+        + ", ".join(f"{lib} {evals[lib]:.1f}" for lib in LIBS)
+        + ".",
+        f"{HAND} is `PPOConfig(hand_grad=True)`: the same loss, its gradient by the chain rule written out "
+        "(`minirl.backprop`, `ppo.hand_backward`) instead of autograd; the same run otherwise.",
         "Value loss: minirl runs with vf_coef 1.0 on its 0.5 * MSE, SB3 with 0.5 on its MSE: the same loss.",
         "",
-        f"{floor[2]} minirl's median is {med['minirl'] / floor[1]:.1f}x the kernel floor, SB3's "
-        f"{med['SB3'] / floor[1]:.1f}x.",
+        f"{floor[2]} minirl's median is {med['minirl'] / floor[1]:.1f}x the kernel floor, {HAND}'s "
+        f"{med[HAND] / floor[1]:.1f}x, SB3's {med['SB3'] / floor[1]:.1f}x.",
         "SB3's rollout time is measured by a callback between rollout start and end; its update time is the rest.",
         "",
         "Where minirl's update time goes: one minibatch update (256 transitions, actor and critic 64-64 MLPs), "
@@ -235,6 +270,9 @@ def write_table(rows, args, profile, floor) -> None:
         "| phase | us per update |",
         "|---|---|",
         *[f"| {phase} | {us:.0f} |" for phase, us in profile],
+        "",
+        f"The whole minibatch update, the two paths alternating: autograd {backward['autograd']:.0f} us, hand_grad "
+        f"{backward['hand_grad']:.0f} us ({backward['hand_grad'] / backward['autograd']:.2f}x).",
     ]
     RESULTS.mkdir(exist_ok=True)
     (RESULTS / "cartpole.md").write_text("\n".join(lines) + "\n")
@@ -245,7 +283,7 @@ def plot(curves: dict, title: str, name: str) -> None:
     """Learning curves of both libraries (``curves[lib]`` is a list of (steps, returns) per seed), saved as
     ``figures/<name>.png``."""
     fig, ax = plt.subplots(figsize=(6.5, 3.6))
-    for (lib, runs), color in zip(curves.items(), ("tab:blue", "tab:orange")):
+    for (lib, runs), color in zip(curves.items(), ("tab:blue", "tab:green", "tab:orange")):
         for i, (steps, rets) in enumerate(runs):
             ax.plot(steps, rets, color=color, alpha=0.8, lw=1.3, label=lib if i == 0 else None)
     ax.axhline(500, color="gray", ls=":", lw=1)

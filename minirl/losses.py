@@ -50,6 +50,30 @@ def ppo_clip_loss(
     return -torch.minimum(ratio * adv, clipped * adv)
 
 
+def ppo_clip_loss_and_grad(
+    logp: torch.Tensor,
+    old_logp: torch.Tensor,
+    adv: torch.Tensor,
+    clip_low: float = 0.2,
+    clip_high: float | None = None,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """``ppo_clip_loss`` per element and its derivative d loss / d logp, by hand (``PPOConfig.hand_grad``).
+
+    With d ratio / d logp = ratio, the unclipped term -ratio * A has the gradient -ratio * A, and the clipped term,
+    held at a bound, has none. Inside [1 - clip_low, 1 + clip_high] the two terms are equal and the gradient is the
+    unclipped one; outside, the min picks the clipped term exactly when the ratio has gone past the bound in the
+    direction the advantage pushes it (A > 0 above the range, A < 0 below it), and the gradient there is 0.
+    ``tests/test_losses.py`` checks the loss equal to ``ppo_clip_loss`` and the gradient against autograd, the
+    range's bounds included.
+    """
+    logp, old_logp, adv = _ratio_inputs(logp, old_logp, adv)
+    clip_low, clip_high = _clip_range(clip_low, clip_high)
+    ratio = torch.exp(logp - old_logp)
+    unclipped = torch.where(adv > 0, ratio <= 1.0 + clip_high, ratio >= 1.0 - clip_low)  # the min's unclipped term
+    kept = torch.where(unclipped, ratio, torch.clamp(ratio, 1.0 - clip_low, 1.0 + clip_high))
+    return -(kept * adv), torch.where(unclipped, -ratio * adv, 0.0)
+
+
 def clip_fraction(
     logp: torch.Tensor, old_logp: torch.Tensor, clip_low: float = 0.2, clip_high: float | None = None
 ) -> torch.Tensor:
@@ -87,6 +111,24 @@ def value_loss(
     return 0.5 * torch.maximum(unclipped, (clipped - ret) ** 2)
 
 
+def value_loss_and_grad(
+    val: torch.Tensor, ret: torch.Tensor, old_val: torch.Tensor | None = None, clip: float | None = None
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """``value_loss`` per element and its derivative d loss / d val, by hand (``PPOConfig.hand_grad``): V - R.
+
+    With ``clip``, the max passes the gradient of its larger term: V - R, or (V_clipped - R) times 1 where V is
+    inside old_val +- clip (0 where the clip holds it). On a tie each term gets half, as autograd splits it.
+    """
+    loss = value_loss(val, ret, old_val, clip)
+    if clip is None:
+        return loss, val - ret
+    clipped = old_val + torch.clamp(val - old_val, -clip, clip)
+    unclipped_sq, clipped_sq = (val - ret) ** 2, (clipped - ret) ** 2
+    w = torch.where(unclipped_sq > clipped_sq, 1.0, torch.where(unclipped_sq < clipped_sq, 0.0, 0.5))  # max's share
+    inside = ((val - old_val).abs() <= clip).to(val.dtype)  # where the clamp passes its gradient
+    return loss, w * (val - ret) + (1 - w) * (clipped - ret) * inside
+
+
 def bradley_terry_loss(chosen: torch.Tensor, rejected: torch.Tensor) -> torch.Tensor:
     """The reward model's loss -log sigmoid(r_chosen - r_rejected), per pair (``notebooks/09_rlhf_ppo.ipynb``).
 
@@ -114,6 +156,20 @@ def entropy(logits: torch.Tensor) -> torch.Tensor:
         raise ValueError("logits must have a last dimension over actions (or the vocabulary)")
     logp = torch.log_softmax(logits, dim=-1)  # (..., A)
     return -(logp.exp() * logp).sum(dim=-1)  # (...)
+
+
+def entropy_grad(logits: torch.Tensor) -> torch.Tensor:
+    """d entropy / d logits, (..., A), by hand (``PPOConfig.hand_grad``): -pi(a) * (log pi(a) + H).
+
+    From H = -sum_a pi(a) log pi(a) and d log pi(a) / d z_b = [a = b] - pi(b).
+    """
+    logits = as_tensor("logits", logits)
+    if logits.dim() == 0:
+        raise ValueError("logits must have a last dimension over actions (or the vocabulary)")
+    logp = torch.log_softmax(logits, dim=-1)  # (..., A)
+    p = logp.exp()
+    ent = -(p * logp).sum(dim=-1, keepdim=True)  # (..., 1)
+    return -p * (logp + ent)
 
 
 def kl(logp: torch.Tensor, ref_logp: torch.Tensor, kind: str = "k3") -> torch.Tensor:

@@ -9,10 +9,13 @@ from minirl.losses import (
     aggregate,
     clip_fraction,
     entropy,
+    entropy_grad,
     kl,
     policy_gradient_loss,
     ppo_clip_loss,
+    ppo_clip_loss_and_grad,
     value_loss,
+    value_loss_and_grad,
 )
 
 
@@ -71,6 +74,56 @@ def test_value_loss_plain_and_clipped():
     torch.testing.assert_close(value_loss(val, ret, old_val, clip=0.5), expected)
     with pytest.raises(ValueError, match="old_val"):
         value_loss(val, ret, clip=0.5)
+
+
+def autograd_of(loss, x: torch.Tensor, *args, **kwargs) -> torch.Tensor:
+    """d loss(x, ...).sum() / dx by autograd: the per-element derivative of a per-element loss."""
+    x = x.detach().clone().requires_grad_()
+    loss(x, *args, **kwargs).sum().backward()
+    return x.grad
+
+
+def exact_log(r: torch.Tensor) -> torch.Tensor:
+    """A float x with exp(x) == r exactly: log(r), moved by a few float steps where rounding misses."""
+    x = torch.log(r)
+    for _ in range(8):
+        if torch.exp(x) == r:
+            return x
+        x = torch.nextafter(x, torch.tensor(float("inf")) if torch.exp(x) < r else torch.tensor(float("-inf")))
+    raise AssertionError(f"no float x has exp(x) == {r.item()}")
+
+
+@pytest.mark.parametrize(("clip_low", "clip_high"), [(0.25, None), (0.125, 0.375), (0.2, 0.28)])
+def test_ppo_clip_loss_and_grad_is_autograds(clip_low, clip_high):
+    """Every case of the clip: inside the range, exactly on its bounds, beyond them, with A > 0, A < 0 and A = 0."""
+    high = clip_low if clip_high is None else clip_high
+    ratio = torch.tensor([1.0, 1.0 - clip_low, 1.0 + high, 0.5, 1.5, 0.9, 1.1])
+    logp = torch.stack([exact_log(r) for r in ratio]).repeat(3)  # (21,) each ratio with each sign of A
+    adv = torch.tensor([1.5, -0.7, 0.0]).repeat_interleave(7)
+    old_logp = torch.zeros(21)
+    assert torch.equal(torch.exp(logp - old_logp), ratio.repeat(3))  # the bounds are hit exactly
+    want = autograd_of(lambda x: ppo_clip_loss(x, old_logp, adv, clip_low, clip_high), logp)
+    loss, got = ppo_clip_loss_and_grad(logp, old_logp, adv, clip_low, clip_high)
+    assert torch.equal(loss, ppo_clip_loss(logp, old_logp, adv, clip_low, clip_high))
+    torch.testing.assert_close(got, want)
+    assert (got == 0).sum() > 6 and (got != 0).sum() > 6  # both branches of the clip were taken
+
+
+@pytest.mark.parametrize("clip", [None, 0.5])
+def test_value_loss_and_grad_is_autograds(clip):
+    """Inside and outside the value clip, and on its ties (V = V_old, and V_clipped - R = -(V - R))."""
+    old_val = torch.tensor([0.0, 0.0, 0.0, 0.0, 1.0, 1.0, 0.0, 2.0])
+    val = torch.tensor([0.2, 1.5, -1.5, 0.0, 3.0, -2.0, 0.75, 2.5])
+    ret = torch.tensor([1.0, 0.0, -2.0, 0.3, 0.5, -3.0, 0.625, 2.0])
+    want = autograd_of(lambda x: value_loss(x, ret, old_val, clip), val)
+    loss, got = value_loss_and_grad(val, ret, old_val, clip)
+    assert torch.equal(loss, value_loss(val, ret, old_val, clip))
+    torch.testing.assert_close(got, want)
+
+
+def test_entropy_grad_is_autograds():
+    logits = torch.randn(5, 4, generator=torch.Generator().manual_seed(1)) * 3
+    torch.testing.assert_close(entropy_grad(logits), autograd_of(entropy, logits))
 
 
 def test_entropy_matches_torch_distributions():
@@ -176,6 +229,9 @@ def test_aggregate_modes_weigh_long_completions_differently():
         (lambda: ppo_clip_loss(torch.zeros(3), torch.zeros(3), torch.zeros(3), clip_low=1.5), "clip_low"),
         (lambda: policy_gradient_loss(torch.zeros(3), torch.tensor([0.0, float("nan"), 0.0])), "adv contains NaN"),
         (lambda: entropy(torch.tensor(1.0)), "last dimension"),
+        (lambda: ppo_clip_loss_and_grad(torch.zeros(3), torch.zeros(4), torch.zeros(3)), "shapes must match"),
+        (lambda: value_loss_and_grad(torch.zeros(3), torch.zeros(3), clip=0.2), "clip needs old_val"),
+        (lambda: entropy_grad(torch.tensor(1.0)), "last dimension"),
     ],
 )
 def test_bad_input_names_the_problem(call, match):
