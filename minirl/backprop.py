@@ -11,9 +11,8 @@ linear layer u = a W^T + b, with a (B, in), W (out, in) and the upstream gradien
 and through an activation h = tanh(u): dL/du = dL/dh * (1 - h^2); through h = relu(u): dL/du = dL/dh * [h > 0].
 
 ``forward`` runs the network's layers with the kernels its modules call (the same function, the same numbers) and
-keeps each one's output;
-``backward`` adds the gradients into the parameters' ``.grad``, as ``loss.backward()`` would.
-``tests/test_backprop.py`` checks both against autograd.
+keeps each one's output; ``backward`` adds the gradients into the parameters' ``.grad``, as ``loss.backward()``
+would. ``tests/test_backprop.py`` checks both against autograd.
 """
 
 import torch
