@@ -107,8 +107,7 @@ def value_loss(
     old_val = as_tensor("old_val", old_val).detach()
     same_shape(val=val, old_val=old_val)
     clip = in_range("clip", clip, 0.0, float("inf"))
-    clipped = old_val + torch.clamp(val - old_val, -clip, clip)
-    return 0.5 * torch.maximum(unclipped, (clipped - ret) ** 2)
+    return 0.5 * torch.maximum(unclipped, (_clipped_value(val, old_val, clip) - ret) ** 2)
 
 
 def value_loss_and_grad(
@@ -119,14 +118,19 @@ def value_loss_and_grad(
     With ``clip``, the max passes the gradient of its larger term: V - R, or (V_clipped - R) times 1 where V is
     inside old_val +- clip (0 where the clip holds it). On a tie each term gets half, as autograd splits it.
     """
-    loss = value_loss(val, ret, old_val, clip)
+    loss = value_loss(val, ret, old_val, clip)  # checks the inputs
     if clip is None:
         return loss, val - ret
-    clipped = old_val + torch.clamp(val - old_val, -clip, clip)
+    clipped = _clipped_value(val, old_val, clip)
     unclipped_sq, clipped_sq = (val - ret) ** 2, (clipped - ret) ** 2
     w = torch.where(unclipped_sq > clipped_sq, 1.0, torch.where(unclipped_sq < clipped_sq, 0.0, 0.5))  # max's share
     inside = ((val - old_val).abs() <= clip).to(val.dtype)  # where the clamp passes its gradient
     return loss, w * (val - ret) + (1 - w) * (clipped - ret) * inside
+
+
+def _clipped_value(val: torch.Tensor, old_val: torch.Tensor, clip: float) -> torch.Tensor:
+    """V_old + clip(V - V_old, -clip, clip): the critic's value kept within ``clip`` of its value at collection."""
+    return old_val + torch.clamp(val - old_val, -clip, clip)
 
 
 def bradley_terry_loss(chosen: torch.Tensor, rejected: torch.Tensor) -> torch.Tensor:
@@ -163,13 +167,9 @@ def entropy_grad(logits: torch.Tensor) -> torch.Tensor:
 
     From H = -sum_a pi(a) log pi(a) and d log pi(a) / d z_b = [a = b] - pi(b).
     """
-    logits = as_tensor("logits", logits)
-    if logits.dim() == 0:
-        raise ValueError("logits must have a last dimension over actions (or the vocabulary)")
+    ent = entropy(logits).unsqueeze(-1)  # (..., 1); checks the logits
     logp = torch.log_softmax(logits, dim=-1)  # (..., A)
-    p = logp.exp()
-    ent = -(p * logp).sum(dim=-1, keepdim=True)  # (..., 1)
-    return -p * (logp + ent)
+    return -logp.exp() * (logp + ent)
 
 
 def kl(logp: torch.Tensor, ref_logp: torch.Tensor, kind: str = "k3") -> torch.Tensor:

@@ -345,6 +345,12 @@ def test_hand_grad_gives_autograds_update(options):
 def test_hand_grad_refuses_continuous_actions():
     with pytest.raises(ValueError, match="continuous actions; use hand_grad=False"):
         ppo.train(ppo.PPOConfig(env_id="Pendulum-v1", total_steps=512, hand_grad=True))
+    policy = Policy(spec_for(gym.make("Pendulum-v1")))  # an update called directly is refused too
+    b = {key: torch.zeros(8) for key in ("logp", "adv", "ret", "val")}
+    b |= {"obs": torch.zeros(8, 3), "act": torch.zeros(8, 1)}
+    with one_buffer(policy) as flat, pytest.raises(ValueError, match="continuous actions; use hand_grad=False"):
+        adam = torch.optim.Adam([flat])
+        ppo.update(policy, flat, adam, b, ppo.PPOConfig(env_id="Pendulum-v1", hand_grad=True), (0.2, None), 0)
 
 
 def test_minibatches_cover_the_batch_once_per_epoch():

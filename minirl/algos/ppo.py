@@ -37,7 +37,7 @@ from minirl.losses import (
     value_loss,
     value_loss_and_grad,
 )
-from minirl.policies import Policy, spec_for
+from minirl.policies import Policy, PolicySpec, spec_for
 from minirl.returns import gae
 from minirl.rollout import Collector, make_envs
 
@@ -100,6 +100,16 @@ def check_config(cfg: PPOConfig) -> None:
             raise ValueError(f"{name} must be > 0 (or None where allowed), got {value!r}")
     if not cfg.clip_low < 1:
         raise ValueError(f"clip_low must be in (0, 1), the ratio is clipped below at 1 - clip_low; got {cfg.clip_low}")
+
+
+def check_hand_grad(cfg: PPOConfig, spec: PolicySpec) -> None:
+    """Raise if ``cfg.hand_grad`` asks for the written-out gradient of a policy it does not cover (continuous
+    actions: ``hand_backward`` differentiates a categorical policy)."""
+    if cfg.hand_grad and not spec.discrete:
+        raise ValueError(
+            f"hand_grad=True computes the gradient of a categorical policy, but {cfg.env_id} has continuous actions; "
+            "use hand_grad=False (autograd) for it"
+        )
 
 
 def minibatch_advantages(adv: torch.Tensor, cfg: PPOConfig) -> torch.Tensor:
@@ -186,6 +196,7 @@ def update(
     stats = {"pg_loss": [], "v_loss": [], "grad_norm": []}  # one 0-d tensor per minibatch
     seen_logp, seen_old_logp = [], []  # (mb,) per minibatch: log pi(a|s) before its step, and at collection
     seen_ent = []  # per minibatch, before its step: the logits (mb, A) of a discrete policy, else H(pi(.|s)) (mb,)
+    check_hand_grad(cfg, policy.spec)
     backward = hand_backward if cfg.hand_grad else autograd_backward
     with finite_checked():
         for _ in range(cfg.epochs):
@@ -226,12 +237,11 @@ def train(cfg: PPOConfig, progress: bool = False) -> TrainResult:
     seed_everything(cfg.seed)
     envs = make_envs(cfg.env_id, cfg.num_envs, cfg.seed, asynchronous=cfg.async_envs)
     spec = spec_for(envs, hidden=tuple(cfg.hidden), obs_norm=cfg.obs_norm, log_std_init=cfg.log_std_init)
-    if cfg.hand_grad and not spec.discrete:
+    try:
+        check_hand_grad(cfg, spec)
+    except ValueError:
         envs.close()
-        raise ValueError(
-            f"hand_grad=True computes the gradient of a categorical policy, but {cfg.env_id} has continuous actions; "
-            "use hand_grad=False (autograd) for it"
-        )
+        raise
     policy = Policy(spec)
     collector = Collector(envs, cfg.seed)
     batch_size = cfg.num_envs * cfg.n_steps
