@@ -14,7 +14,7 @@ from _helpers import flat_params
 
 import minirl.algos.ppo as ppo
 import minirl.algos.reinforce as reinforce
-from minirl.algos.common import clip_grad_norm, one_buffer
+from minirl.algos.common import adam_step, clip_grad_norm, one_buffer
 from minirl.policies import Policy, spec_for
 from minirl.rollout import evaluate
 
@@ -83,8 +83,7 @@ def test_target_kl_stops_the_epochs(monkeypatch, target_kl, epochs_run):
     """4 minibatches per epoch, 5 epochs: every epoch runs without target_kl; with a tiny one the first epoch's KL
     (its later minibatches have moved) already passes it, and the update stops there."""
     steps = []
-    adam_step = torch.optim.Adam.step
-    monkeypatch.setattr(torch.optim.Adam, "step", lambda self, *a, **k: steps.append(1) or adam_step(self, *a, **k))
+    monkeypatch.setattr(ppo, "adam_step", lambda optimizer: steps.append(1) or adam_step(optimizer))
     cfg = ppo.PPOConfig(total_steps=512, num_envs=2, n_steps=128, minibatch_size=64, epochs=5, target_kl=target_kl)
     ppo.train(cfg)
     assert len(steps) == 2 * 4 * epochs_run  # 2 updates of 256 transitions
@@ -152,6 +151,33 @@ def test_one_buffer_gives_the_plain_paths_updates(tmp_path):
     storages = {p.untyped_storage().data_ptr() for p in nets[1].parameters()}
     assert len(storages) == len(params) and all(p.grad is None for p in nets[1].parameters())
     nets[1].save(tmp_path / "policy")
+
+
+@pytest.mark.parametrize(
+    "options", [{"fused": True}, {"fused": False}, {"weight_decay": 0.1}, {"amsgrad": True}, {"two_tensors": True}]
+)
+def test_adam_step_is_optimizer_step(options):
+    """The same weights and state, bit for bit, as ``optimizer.step()``, with the learning rate changed between
+    steps as the annealing does; an Adam it cannot run functionally (amsgrad, two tensors) takes its own step."""
+    options = dict(options)
+    two = options.pop("two_tensors", False)
+    torch.manual_seed(0)
+    weights = [[torch.randn(300, requires_grad=True)] for _ in range(2)]
+    if two:
+        weights = [[w[0], torch.randn(5, requires_grad=True)] for w in weights]
+    weights[1] = [w.detach().clone().requires_grad_() for w in weights[0]]
+    opts = [torch.optim.Adam(w, lr=1e-2, eps=1e-5, **options) for w in weights]
+    for k in range(6):
+        grads = [torch.randn_like(w) * 10.0**-k for w in weights[0]]  # shrinking gradients: Adam's state matters
+        for ws, opt, step in zip(weights, opts, (lambda o: o.step(), adam_step), strict=True):
+            for w, g in zip(ws, grads, strict=True):
+                w.grad = g.clone()
+            opt.param_groups[0]["lr"] = 1e-2 * (1 - k / 6)
+            step(opt)
+    for a, b in zip(weights[0], weights[1], strict=True):
+        assert torch.equal(a, b) and not torch.equal(a, a.detach() * 0)
+        for key, value in opts[0].state[a].items():
+            assert torch.equal(opts[1].state[b][key], value), key
 
 
 def test_saved_result_reloads_with_its_config(tmp_path):
@@ -315,17 +341,19 @@ def test_hand_grad_gives_autograds_update(options):
     gradient norms, logs and weights after four epochs, with both clips active."""
     env = gym.make("CartPole-v1")
     torch.manual_seed(0)
-    nets = [Policy(spec_for(env)) for _ in range(2)]
+    # in float64, where the two paths' different rounding (the sums' order, NumPy's tanh) stays far below the checks
+    nets = [Policy(spec_for(env)).double() for _ in range(2)]
     nets[1].load_state_dict(nets[0].state_dict())
     start = flat_params(nets[0])
     n = 128
-    obs = torch.randn(n, 4) * 2
+    obs = torch.randn(n, 4, dtype=torch.float64) * 2
     with torch.no_grad():
         dist = nets[0].distribution(obs)
         act = dist.sample()
         logp = nets[0].log_prob(dist, act) + 0.05 * torch.randn(n)  # the old policy differs: ratios leave 1
         val = nets[0].value(obs) + 0.3 * torch.randn(n)
-    b = {"obs": obs, "act": act, "logp": logp, "adv": torch.randn(n), "ret": 3 * torch.randn(n), "val": val}
+    adv, ret = torch.randn(n, dtype=torch.float64), 3 * torch.randn(n, dtype=torch.float64)
+    b = {"obs": obs, "act": act, "logp": logp, "adv": adv, "ret": ret, "val": val}
     logs = []
     for net, hand in zip(nets, (False, True), strict=True):
         cfg = ppo.PPOConfig(**{"epochs": 4, "minibatch_size": n, "lr": 3e-2, "hand_grad": hand, **options})
@@ -334,10 +362,10 @@ def test_hand_grad_gives_autograds_update(options):
             adam = torch.optim.Adam([flat], lr=cfg.lr, eps=1e-5, fused=True)
             logs.append({k: v.item() for k, v in ppo.update(net, flat, adam, b, cfg, (0.2, cfg.clip_high), 0).items()})
     for a, c in zip(nets[0].parameters(), nets[1].parameters(), strict=True):
-        torch.testing.assert_close(c, a, rtol=1e-4, atol=1e-5)
+        torch.testing.assert_close(c, a, rtol=1e-9, atol=1e-10)
     assert logs[0].keys() == logs[1].keys()
     for key in logs[0]:
-        assert logs[1][key] == pytest.approx(logs[0][key], rel=1e-4, abs=1e-6), key
+        assert logs[1][key] == pytest.approx(logs[0][key], rel=1e-9, abs=1e-12), key
     assert logs[0]["clip_frac"] > 0 and logs[0]["grad_norm"] > 0.5  # the clips were active
     assert (flat_params(nets[0]) - start).abs().max() > 1e-2  # the update moved the weights
 

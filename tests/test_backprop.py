@@ -16,7 +16,10 @@ def test_forward_and_backward_are_autograds(activation):
     out = net(x)
     outs = backprop.forward(net, x)
     assert len(outs) == len(net) + 1
-    assert torch.equal(outs[-1], out.detach())  # the same kernels: the same numbers
+    if activation == "relu":
+        assert torch.equal(outs[-1], out.detach())  # the same kernels: the same numbers
+    else:  # NumPy's tanh: within rounding
+        torch.testing.assert_close(outs[-1], out.detach(), rtol=1e-6, atol=1e-7)
     (out * g).sum().backward()  # dL/d(out) = g
     want = [p.grad.clone() for p in net.parameters()]
     for p in net.parameters():
@@ -25,6 +28,19 @@ def test_forward_and_backward_are_autograds(activation):
     for p, w in zip(net.parameters(), want, strict=True):
         torch.testing.assert_close(p.grad, w + 0.5)
         assert w.abs().max() > 0
+
+
+def test_tanh_is_torchs_within_one_ulp():
+    u = torch.cat([torch.linspace(-12, 12, 1_000_001), torch.tensor([0.0, -0.0, 1e-30, -1e-30, 40.0, -40.0])])
+    got, want = backprop.tanh(u), torch.tanh(u)
+    ulps = (got.view(torch.int32).long() - want.view(torch.int32).long()).abs()  # same sign: ulps apart
+    assert ulps.max() <= 1
+    assert torch.equal(got[-6:], want[-6:])  # 0, -0, tiny and saturated values exactly
+    special = torch.tensor([float("nan"), float("inf"), float("-inf")])
+    assert torch.equal(backprop.tanh(special)[1:], torch.tensor([1.0, -1.0])) and backprop.tanh(special)[0].isnan()
+    x64 = torch.randn(100, dtype=torch.float64)
+    assert backprop.tanh(x64).dtype == torch.float64
+    torch.testing.assert_close(backprop.tanh(x64), torch.tanh(x64), rtol=1e-15, atol=0)
 
 
 def test_unknown_layers_name_the_problem():

@@ -17,6 +17,7 @@ import minirl.algos.grpo as grpo
 import minirl.algos.ppo as ppo
 import minirl.algos.reinforce as reinforce
 import minirl.algos.trpo as trpo
+from minirl._validate import check_finite
 from minirl.policies import Policy, spec_for
 from minirl.rollout import evaluate
 
@@ -153,6 +154,29 @@ def test_a_non_finite_loss_stops_training_naming_the_step_and_causes(monkeypatch
     cfg = CONFIGS[algo](env_id="minirl-test/ThreeActions-v0", **SMALL[algo])
     with pytest.raises(FloatingPointError, match=r"is not finite \(NaN or inf\) at step \d+.*learning rate too high"):
         MODULES[algo].train(cfg)
+
+
+def test_ppo_with_hand_grad_stops_at_a_non_finite_gradient(monkeypatch):
+    real = ppo.value_loss_and_grad
+    monkeypatch.setattr(ppo, "value_loss_and_grad", lambda *a, **k: [x * float("nan") for x in real(*a, **k)])
+    cfg = ppo.PPOConfig(env_id="minirl-test/ThreeActions-v0", hand_grad=True, **SMALL["ppo"])
+    with pytest.raises(FloatingPointError, match=r"grad_norm is not finite \(NaN or inf\) at step \d+"):
+        ppo.train(cfg)
+
+
+@pytest.mark.filterwarnings("error")  # a 0-d tensor that requires grad is read without torch's warning
+def test_check_finite_reads_numbers_0d_and_nd_tensors():
+    fine = {"a": 1.0, "b": torch.tensor(2.0, requires_grad=True), "c": torch.ones(3), "d": torch.tensor(3)}
+    check_finite(0, "causes", **fine)
+    for bad in (
+        float("inf"),
+        torch.tensor(float("nan")),
+        torch.tensor(-math.inf, requires_grad=True),
+        torch.tensor([1.0, math.nan]),
+        torch.tensor([[math.inf]]),
+    ):
+        with pytest.raises(FloatingPointError, match="x is not finite .* at step 7.*causes"):
+            check_finite(7, "causes", **fine, x=bad)
 
 
 def test_a_policy_with_non_finite_weights_is_never_saved(tmp_path):

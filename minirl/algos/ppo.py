@@ -18,6 +18,7 @@ from minirl.algos.common import (
     DIVERGED,
     History,
     TrainResult,
+    adam_step,
     check_gradient,
     check_update,
     clip_grad_norm,
@@ -207,7 +208,7 @@ def update(
                 pg_loss, v_loss, logp, ent = backward(policy, mb_b, cfg, clip)
                 grad_norm = clip_grad_norm([flat], cfg.max_grad_norm)  # the norm before clipping
                 check_gradient(step, grad_norm)  # stop before a NaN reaches the parameters
-                optimizer.step()
+                adam_step(optimizer)  # optimizer.step(), with less per-call overhead
 
                 logged = {"pg_loss": pg_loss, "v_loss": v_loss, "grad_norm": grad_norm}
                 for key, value in logged.items():
