@@ -249,12 +249,19 @@ def write_table(rows, args, profile, backward, floor) -> None:
         )
     med = {lib: statistics.median(r[2] for r in rows if r[0] == lib) for lib in LIBS}
     evals = {lib: statistics.median(r[3] for r in rows if r[0] == lib) for lib in LIBS}
+    wall = {(r[0], r[1]): r[2] for r in rows}
+    seeds = sorted({r[1] for r in rows})
+    paired = [(seed, {lib: wall[lib, seed] / wall["SB3", seed] for lib in LIBS}) for seed in seeds]
     lines += [
         "",
         f"Median wall time: minirl {med['minirl']:.1f} s, {HAND} {med[HAND]:.1f} s, SB3 {med['SB3']:.1f} s; "
         f"ratio minirl / SB3 = **{med['minirl'] / med['SB3']:.2f}x**, {HAND} / SB3 = "
         f"**{med[HAND] / med['SB3']:.2f}x** (target 0.4x). Median evaluation return: "
         + ", ".join(f"{lib} {evals[lib]:.1f}" for lib in LIBS)
+        + ".",
+        "Each seed's wall time over SB3's on the same seed (the three run back to back, so a slow spell of the "
+        "machine mostly hits all three): "
+        + "; ".join(f"seed {seed}: minirl {walls['minirl']:.2f}x, {HAND} {walls[HAND]:.2f}x" for seed, walls in paired)
         + ".",
         f"{HAND} is `PPOConfig(hand_grad=True)`: the same loss, its gradient by the chain rule written out "
         "(`minirl.backprop`, `ppo.hand_backward`) instead of autograd; the same run otherwise.",
