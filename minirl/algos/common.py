@@ -94,15 +94,16 @@ def one_buffer(module: torch.nn.Module):
 def adam_step(optimizer: torch.optim.Optimizer) -> None:
     """``optimizer.step()``, by torch's functional ``torch.optim.adam.adam`` when ``optimizer`` is an Adam over one
     tensor (``one_buffer``) that has taken its first step: the same kernel on the same state, the same numbers
-    (``tests/test_algos.py`` checks them equal). Anything else, and the first step that makes Adam's state, goes
-    through ``optimizer.step()``. Step hooks registered on the optimizer do not run on the functional path.
+    (``tests/test_algos.py`` checks them equal). Anything else (amsgrad, differentiable, a GradScaler's), and the
+    first step that makes Adam's state, goes through ``optimizer.step()``. Step hooks registered on the optimizer
+    do not run on the functional path.
 
     Why: ``Optimizer.step`` wraps the arithmetic in bookkeeping (hooks, a profiler range, a loop over groups and
     parameters) that costs about 20-50 us per call on CPU, 3-6% of a PPO minibatch update."""
     groups = optimizer.param_groups
     group, p = groups[0], groups[0]["params"][0]
     functional = type(optimizer) is torch.optim.Adam and len(groups) == 1 and len(group["params"]) == 1
-    functional &= not group["amsgrad"] and getattr(optimizer, "grad_scale", None) is None  # (a GradScaler's)
+    functional &= not (group["amsgrad"] or group["differentiable"]) and getattr(optimizer, "grad_scale", None) is None
     if not functional or not optimizer.state[p] or p.grad is None:
         optimizer.step()
         return
@@ -119,7 +120,7 @@ def adam_step(optimizer: torch.optim.Optimizer) -> None:
             foreach=group["foreach"],
             fused=group["fused"],
             capturable=group["capturable"],
-            differentiable=group["differentiable"],
+            differentiable=False,
             decoupled_weight_decay=group["decoupled_weight_decay"],
             amsgrad=False,
             beta1=beta1,
