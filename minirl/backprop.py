@@ -23,10 +23,10 @@ from torch import nn
 def tanh(u: torch.Tensor) -> torch.Tensor:
     """tanh(u), by NumPy's kernel when ``u`` is on the CPU.
 
-    Why: on the course's CPUs ``torch.tanh`` takes about 43 us for a 256 x 64 minibatch and ``np.tanh`` about 6 us
-    (NumPy's vectorised float32 tanh), four times per PPO minibatch. The two agree within one unit in the last
-    place on CPUs with AVX2 or AVX-512, two without (``tests/test_backprop.py`` checks), and ``rollout.NumpyActor``
-    acts with ``np.tanh`` too. The result shares NumPy's array, no copy."""
+    Why: on the benchmarks' AMD EPYC ``torch.tanh`` takes about 43 us for a 256 x 64 minibatch and ``np.tanh``
+    (NumPy's vectorised float32 tanh) about 6 us, four times per PPO minibatch. The two agree within one unit in
+    the last place on CPUs with AVX2 or AVX-512, two without (``tests/test_backprop.py`` checks), and
+    ``rollout.NumpyActor`` acts with ``np.tanh`` too. The result shares NumPy's array, no copy."""
     if u.device.type != "cpu":
         return torch.tanh(u)
     return torch.from_numpy(np.tanh(u.numpy()))
@@ -58,13 +58,13 @@ def backward(net: nn.Sequential, outs: list[torch.Tensor], g: torch.Tensor) -> N
     """Add dL/dW and dL/db of every linear layer of ``net`` into its ``.grad``, given ``outs`` from ``forward`` and
     g = dL/d(net's output), (B, out). The gradients must exist (zero them first, as before ``loss.backward()``).
 
-    g^T a for the first layer (64 x 256 times 256 x 4 for CartPole) takes 21 us on the course's CPUs, its
-    transpose a^T g (4 x 64) 5 us: matrix products whose result has few columns run a slow kernel there. The same
+    g^T a for the first layer (64 x 256 times 256 x 4 for CartPole) takes 21 us on the benchmarks' AMD EPYC,
+    its transpose a^T g (4 x 64) 5 us: matrix products whose result has few columns run a slow kernel there. The same
     numbers within rounding: the order of the sums differs."""
     for i in range(len(net) - 1, -1, -1):
         module, a_in, a_out = net[i], outs[i], outs[i + 1]
         if isinstance(module, nn.Linear):
-            if a_in.shape[1] < g.shape[1]:  # a narrow input (the observation): the wide way round, see below
+            if a_in.shape[1] < g.shape[1]:  # a narrow input (the observation): the wide way round (docstring)
                 module.weight.grad.add_((a_in.t() @ g).t())  # += (a^T g)^T = g^T a
             else:
                 module.weight.grad.addmm_(g.t(), a_in)  # += g^T a
