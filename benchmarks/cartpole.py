@@ -158,7 +158,7 @@ def main() -> None:
 def profile_update(repeats: int = 1000) -> list[tuple[str, float]]:
     """Microseconds per minibatch update of minirl's PPO (256 transitions, two 64-64 MLPs), phase by phase."""
     from minirl._validate import finite_checked
-    from minirl.algos.common import clip_grad_norm, one_buffer
+    from minirl.algos.common import adam_step, clip_grad_norm, one_buffer
     from minirl.losses import ppo_clip_loss, value_loss
     from minirl.policies import Policy, spec_for
 
@@ -181,7 +181,7 @@ def profile_update(repeats: int = 1000) -> list[tuple[str, float]]:
             t2 = time.perf_counter()
             clip_grad_norm([flat], 0.5)
             t3 = time.perf_counter()
-            opt.step()
+            adam_step(opt)  # as in ppo.update
             t4 = time.perf_counter()
             for key, dt in zip(timings, (t1 - t0, t2 - t1, t3 - t2, t4 - t3)):
                 timings[key] += dt
@@ -192,7 +192,7 @@ def compare_backward(repeats: int = 2000) -> dict[str, float]:
     """Microseconds per whole minibatch update (256 transitions, two 64-64 MLPs; the loss, its gradient, the clip
     and Adam), with autograd and with ``hand_grad=True``, alternating in blocks of 100 so that drift hits both."""
     from minirl._validate import finite_checked
-    from minirl.algos.common import clip_grad_norm, one_buffer
+    from minirl.algos.common import adam_step, check_gradient, clip_grad_norm, one_buffer
     from minirl.policies import Policy, spec_for
 
     torch.manual_seed(0)
@@ -210,8 +210,8 @@ def compare_backward(repeats: int = 2000) -> dict[str, float]:
             for _ in range(100):
                 flat.grad.zero_()
                 backward(policy, mb_b, cfg, clip)
-                clip_grad_norm([flat], cfg.max_grad_norm)
-                opt.step()
+                check_gradient(0, clip_grad_norm([flat], cfg.max_grad_norm))
+                adam_step(opt)  # the minibatch step of ppo.update
             totals[name] += time.perf_counter() - t0
     return {name: 1e6 * total / repeats for name, total in totals.items()}
 

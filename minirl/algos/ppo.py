@@ -200,11 +200,12 @@ def update(
     check_hand_grad(cfg, policy.spec)
     backward = hand_backward if cfg.hand_grad else autograd_backward
     with finite_checked():
-        whole = dict(b, adv=minibatch_advantages(b["adv"], cfg)) if cfg.minibatch_size >= batch_size else None
+        whole = None  # the whole batch as one minibatch (see minibatches), its advantages standardised once
         for _ in range(cfg.epochs):
             n_before = len(seen_logp)
             for mb in minibatches(batch_size, cfg.minibatch_size):
-                if isinstance(mb, slice):  # the whole batch, the same in every epoch: standardised once, above
+                if isinstance(mb, slice):  # the whole batch: the same minibatch in every epoch
+                    whole = whole or dict(b, adv=minibatch_advantages(b["adv"], cfg))
                     mb_b = whole
                 else:
                     mb_b = {key: value[mb] for key, value in b.items()}
