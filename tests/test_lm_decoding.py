@@ -110,6 +110,29 @@ def test_the_cache_grows_by_blocks_up_to_its_length(tok):
         dec(torch.full((2, 1), 5), positions(mask)[:, -1:] + 21)
 
 
+def test_the_cache_stays_in_its_two_buffers_and_unwritten_positions_are_zero(tok):
+    """Growing and dropping rows rewrite the cache into the decoder's other buffer: no new memory, and every position
+    not written yet reads 0 there (a buffer used before holds an older block at other offsets)."""
+    model = llama(tok, num_key_value_heads=2)
+    enc = tok(PROMPTS, padding=True, padding_side="left", return_tensors="pt")
+    ids, mask = enc["input_ids"], enc["attention_mask"].bool()
+    P = ids.shape[1]
+    dec = decoding.LlamaDecoder(model, 4, P + 30, mask)
+    dec(ids, positions(mask))
+    starts = {b.data_ptr() for b in dec._buffers}
+    pos, rows = positions(mask)[:, -1:] + 1, 4
+    for t in range(30):
+        if t in (5, 17):  # rows leave twice, between growths
+            rows -= 1
+            dec.select(torch.arange(rows))
+            pos = pos[:rows]
+        dec(torch.full((rows, 1), 5 + t % 7), pos + t)
+        assert dec.k_cache.data_ptr() in starts and dec.k_cache.is_contiguous()
+        assert dec.k_cache.shape[1] == rows
+        unwritten = torch.cat([dec.k_cache[:, :, :, dec.S :], dec.v_cache[:, :, :, dec.S :]])
+        assert unwritten.eq(0).all(), f"token {t}: positions after {dec.S} hold stale numbers"
+
+
 def test_select_keeps_the_chosen_rows(tok):
     """Rows dropped half-way leave the others' logits as they would be in a batch of their own."""
     model = llama(tok, num_key_value_heads=2)
