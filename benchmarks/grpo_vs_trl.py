@@ -3,6 +3,7 @@
     pip install -e ".[bench]"
     python benchmarks/grpo_vs_trl.py                    # 3 seeds x 30 steps each, both libraries, about 4 minutes
     python benchmarks/grpo_vs_trl.py --seeds 0 --steps 2
+    python benchmarks/grpo_vs_trl.py --threads 2        # both libraries on two threads: grpo_vs_trl_threads2.md
 
 Both sides start from the committed checkpoint ``minirl.lm.PRETRAINED`` (a 0.87M-parameter Llama with a
 character-level tokenizer) and train on the same problems in the same order (step s uses
@@ -17,12 +18,12 @@ reads every knob back from both sides; on every TRL step the advantages TRL comp
 minirl's order. TRL's gradient checkpointing (its default) is turned off: it only recomputes activations in the
 backward pass and does not change the math; minirl has none.
 
-Both sides run in this process at one torch thread, alternating per seed, and are scored by the same function,
-``minirl.lm.evaluate(model, tokenizer, task, n=500, k=0).accuracy`` (greedy, held-out problems). Seconds per step are
-the training loop's wall time divided by the steps; loading the model and building the trainer are counted apart
-("setup"). minirl's loop time is the sum of its per-step ``sample_s`` and ``train_s``; TRL's runs from the callback
-``on_train_begin`` to ``on_train_end``, and its sample time is the time spent in
-``GRPOTrainer._generate_and_score_completions`` (generation, decoding, reward, advantages).
+Both sides run in this process at one torch thread (``--threads N``: N each), alternating per seed, and are scored
+by the same function, ``minirl.lm.evaluate(model, tokenizer, task, n=500, k=0).accuracy`` (greedy, held-out
+problems). Seconds per step are the training loop's wall time divided by the steps; loading the model and building
+the trainer are counted apart ("setup"). minirl's loop time is the sum of its per-step ``sample_s`` and
+``train_s``; TRL's runs from the callback ``on_train_begin`` to ``on_train_end``, and its sample time is the time
+spent in ``GRPOTrainer._generate_and_score_completions`` (generation, decoding, reward, advantages).
 
 What is not a hyperparameter and differs (also listed in the results file, ``DIFFERENCES``):
 
@@ -100,8 +101,14 @@ DIFFERENCES = [
     "carries most of that one-off cost.",
 ]
 
+THREADS = [
+    "Threads: TRL runs every operation on all of them; minirl's sampler runs a decode step whose work is below "
+    "`minirl.lm.sampling.ONE_THREAD_FLOPS` (every step of a 128-row batch of this model) on one thread, where a "
+    "second thread costs more in waking and waiting than it saves, and its training passes on all of them.",
+]
 
-def minirl_config(seed: int, steps: int) -> GRPOConfig:
+
+def minirl_config(seed: int, steps: int, threads: int = 1) -> GRPOConfig:
     """minirl's side; most values are the defaults, written out because they are what the benchmark is about."""
     return GRPOConfig(
         model=str(PRETRAINED),
@@ -126,7 +133,7 @@ def minirl_config(seed: int, steps: int) -> GRPOConfig:
         max_grad_norm=1.0,
         eval_every=0,  # no evaluation inside the timed loop; both models are scored afterwards by the same function
         seed=seed,
-        threads=1,
+        threads=threads,
         device="cpu",
     )
 
@@ -384,8 +391,12 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     parser.add_argument("--steps", type=int, default=30)
+    parser.add_argument("--threads", type=int, default=1, help="torch threads for both libraries (1: the table of "
+                        "record, grpo_vs_trl.md; N > 1 writes grpo_vs_trl_threadsN.md)")  # fmt: skip
     args = parser.parse_args()
-    torch.set_num_threads(1)
+    if args.threads < 1:
+        parser.error(f"--threads must be >= 1, got {args.threads}")
+    torch.set_num_threads(args.threads)
     task = get_task(TASK)
     model, tokenizer = load(PRETRAINED, device="cpu")
     before = evaluate(model, tokenizer, task, n=EVAL_N, k=0).accuracy
@@ -394,7 +405,7 @@ def main() -> None:
     gflops = matmul_gflops()
     t_start, rows = time.perf_counter(), []
     for seed in args.seeds:
-        cfg = minirl_config(seed, args.steps)
+        cfg = minirl_config(seed, args.steps, args.threads)
         for run in (functools.partial(run_minirl, gflops=gflops), run_trl):
             rows.append({**run(cfg, task), "before": before})
             r = rows[-1]
@@ -406,6 +417,15 @@ def main() -> None:
             )
     write_table(rows, args, time.perf_counter() - t_start, gflops)
     plot(rows, args)
+
+
+def threads_text(threads: int) -> str:
+    return "one torch thread" if threads == 1 else f"{threads} torch threads"
+
+
+def suffix(threads: int) -> str:
+    """The results' name ending: none for one thread, the table of record; ``_threadsN`` for N threads."""
+    return "" if threads == 1 else f"_threads{threads}"
 
 
 def write_table(rows: list[dict], args, total_s: float, gflops: float) -> None:
@@ -421,8 +441,8 @@ def write_table(rows: list[dict], args, total_s: float, gflops: float) -> None:
         "",
         stamp(("torch", "transformers", "trl")),
         f"Checkpoint `minirl.lm.PRETRAINED` (0.87M-parameter Llama, character tokenizer), {args.steps} steps of "
-        f"16 prompts x 8 completions, seeds {args.seeds}, one torch thread each; held-out accuracy: greedy, "
-        f"{EVAL_N} problems, the same function for both. "
+        f"16 prompts x 8 completions, seeds {args.seeds}, {threads_text(args.threads)} each; held-out accuracy: "
+        f"greedy, {EVAL_N} problems, the same function for both. "
         f"Whole run {total_s / 60:.1f} minutes.",
         "",
         "| library | seed | s/step | sample s/step | train s/step | setup (s) | train accuracy, last 5 steps "
@@ -442,8 +462,8 @@ def write_table(rows: list[dict], args, total_s: float, gflops: float) -> None:
         f"Median held-out accuracy after training: minirl {med['minirl']['after']:.3f}, "
         f"TRL {med['TRL']['after']:.3f} (untrained {rows[0]['before']:.3f}).",
         f"Floor: the matrix products on real tokens alone at this CPU's speed for one 512 x 512 product "
-        f"({gflops:.0f} GFLOP/s, one thread), 2 FLOPs per weight per token sampled (a prompt once per group) and 6 "
-        f"per token trained on (of the rows minirl computed): median "
+        f"({gflops:.0f} GFLOP/s, {threads_text(args.threads)}), 2 FLOPs per weight per token sampled (a prompt once "
+        f"per group) and 6 per token trained on (of the rows minirl computed): median "
         f"{statistics.median(r['floor_s'] for r in rows if 'floor_s' in r):.2f} s/step. "
         "Padding, attention scores and all other operations count zero.",
         "minirl's sample and train times are its history's `sample_s` and `train_s`; TRL's sample time is spent in "
@@ -463,10 +483,10 @@ def write_table(rows: list[dict], args, total_s: float, gflops: float) -> None:
         "",
         "Differences that are not hyperparameters:",
         "",
-        *[f"- {d}" for d in DIFFERENCES],
+        *[f"- {d}" for d in DIFFERENCES + (THREADS if args.threads > 1 else [])],
     ]
     RESULTS.mkdir(exist_ok=True)
-    (RESULTS / "grpo_vs_trl.md").write_text("\n".join(lines) + "\n")
+    (RESULTS / f"grpo_vs_trl{suffix(args.threads)}.md").write_text("\n".join(lines) + "\n")
     print("\n".join(lines))
 
 
@@ -493,7 +513,7 @@ def plot(rows: list[dict], args) -> None:
     ax.set_title(f"GRPO on 3-digit addition, same checkpoint, {len(args.seeds)} seeds")
     ax.legend(fontsize=8)
     ax.grid(alpha=0.3)
-    save_figure(fig, "benchmark_grpo_vs_trl")
+    save_figure(fig, f"benchmark_grpo_vs_trl{suffix(args.threads)}")
 
 
 if __name__ == "__main__":
