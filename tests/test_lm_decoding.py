@@ -1,5 +1,7 @@
 """The lean sampling forward (``minirl.lm.decoding``) against the model's own forward, and the sampler on both."""
 
+import threading
+
 import pytest
 import torch
 from transformers import LlamaConfig, LlamaForCausalLM
@@ -215,3 +217,60 @@ def test_the_sampler_draws_what_a_plain_multinomial_loop_draws():
             break
     same = same_rows(got.completion_ids, ids[:, enc["input_ids"].shape[1] :], tokenizer.pad_token_id)  # (B,)
     assert same.sum() >= len(prompts) - 1, same
+
+
+@pytest.mark.parametrize("greedy", [False, True])
+def test_two_halves_on_two_threads_draw_what_one_batch_draws(monkeypatch, greedy):
+    """With two threads, a batch of at least 2 * SPLIT_ROWS rows is sampled as two halves, one per thread: the same
+    tokens, log-probs and truncation as the whole batch on one thread, each half at one torch thread, and the caller's
+    thread count back afterwards."""
+    from minirl.lm import sampling
+
+    model, tokenizer = load(PRETRAINED, device="cpu")
+    whole = sample(model, tokenizer, MIXED, 50, temperature=T, greedy=greedy, seed=11)  # 22 rows, not split
+    seen = []  # (thread, torch threads) at each half's step
+    real = sampling._Rows.step
+
+    def watched(self, *args):
+        seen.append((threading.get_ident(), torch.get_num_threads()))
+        return real(self, *args)
+
+    monkeypatch.setattr(sampling._Rows, "step", watched)
+    monkeypatch.setattr(sampling, "SPLIT_ROWS", 11)
+    before = torch.get_num_threads()
+    try:
+        torch.set_num_threads(2)
+        halves = sample(model, tokenizer, MIXED, 50, temperature=T, greedy=greedy, seed=11)
+        assert torch.get_num_threads() == 2
+    finally:
+        torch.set_num_threads(before)
+    assert len({thread for thread, _ in seen}) == 2 and {n for _, n in seen} == {1}
+    same = same_rows(halves.completion_ids, whole.completion_ids, tokenizer.pad_token_id)  # (B,)
+    assert same.sum() >= len(MIXED) - 1, same
+    assert [t for t, s in zip(halves.text, same) if s] == [t for t, s in zip(whole.text, same) if s]
+    assert torch.equal(halves.truncated[same], whole.truncated[same])
+    if halves.logp.shape == whole.logp.shape:
+        torch.testing.assert_close(halves.logp[same], whole.logp[same], atol=2e-5, rtol=0)
+
+
+def test_a_failure_in_either_half_reaches_the_caller_and_the_threads_come_back(monkeypatch):
+    from minirl.lm import sampling
+
+    model, tokenizer = load(PRETRAINED, device="cpu")
+    monkeypatch.setattr(sampling, "SPLIT_ROWS", 2)
+    real = sampling._Rows.step
+
+    def second_half_fails(self, *args):
+        if self.rows.start > 0:
+            raise RuntimeError("second half")
+        return real(self, *args)
+
+    monkeypatch.setattr(sampling._Rows, "step", second_half_fails)
+    before = torch.get_num_threads()
+    try:
+        torch.set_num_threads(2)
+        with pytest.raises(RuntimeError, match="second half"):
+            sample(model, tokenizer, MIXED[:4], 10, seed=0)
+        assert torch.get_num_threads() == 2
+    finally:
+        torch.set_num_threads(before)
