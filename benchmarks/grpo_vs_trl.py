@@ -102,9 +102,10 @@ DIFFERENCES = [
 ]
 
 THREADS = [
-    "Threads: TRL runs every operation on all of them; minirl's sampler runs a decode step whose work is below "
-    "`minirl.lm.sampling.ONE_THREAD_FLOPS` (every step of a 128-row batch of this model) on one thread, where a "
-    "second thread costs more in waking and waiting than it saves, and its training passes on all of them.",
+    "Threads: TRL runs every operation on all of them; minirl's sampler splits a batch of at least "
+    "2 x `minirl.lm.sampling.SPLIT_ROWS` rows, whose halves' decode steps are below `ONE_THREAD_FLOPS` (a 128-row "
+    "batch of this model), into two halves sampled in two threads of one torch thread each (the same tokens), and "
+    "runs its training passes on all of them.",
 ]
 
 
