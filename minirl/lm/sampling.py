@@ -37,7 +37,8 @@ ONE_THREAD_FLOPS = 0.5e9
 # torch thread each: a whole half of a decode step per core, instead of every small operation shared between threads
 # that sleep between operations. A larger model keeps all threads on every operation. The noise of every step is still
 # drawn for the whole batch, in order, before the halves run, and a row's numbers do not depend on the other rows of
-# its matrix products, so the tokens are those of one batch. Python's lock lets the halves overlap only in part.
+# its matrix products (down to four rows: fewer take other kernels, which round differently), so the tokens are those
+# of one batch up to such rounding. Python's lock lets the halves overlap only in part.
 # Measured on 2 cores (AMD EPYC, the course's model, waiting threads asleep): a decode step of 128 rows took 4.5 ms
 # against 5.9 ms on one thread and 7.7 ms on two, of 500 rows 17.0 ms against 25.1 and 30.8, of 64 rows 4.0 ms against
 # 3.6 ms on one thread (so smaller batches stay whole); a whole call of 500 greedy rows 0.63 s against 0.99 s, of a
