@@ -274,3 +274,28 @@ def test_a_failure_in_either_half_reaches_the_caller_and_the_threads_come_back(m
         assert torch.get_num_threads() == 2
     finally:
         torch.set_num_threads(before)
+
+
+def test_the_second_half_runs_without_a_graph_on_the_models_own_forward(monkeypatch):
+    """Autograd's switch is per thread: the second half's thread must not build a graph either."""
+    from minirl.lm import sampling
+
+    model, tokenizer = load(PRETRAINED, device="cpu")
+    monkeypatch.setattr(decoding, "supports", lambda model: False)  # transformers' forward, not the lean decoder
+    monkeypatch.setattr(sampling, "SPLIT_ROWS", 2)
+    graphs = []  # per call of the model's forward: did it record a graph?
+    real = sampling._CachedForward.__call__
+
+    def watched(self, *args):
+        logits = real(self, *args)
+        graphs.append((threading.get_ident(), logits.requires_grad))
+        return logits
+
+    monkeypatch.setattr(sampling._CachedForward, "__call__", watched)
+    before = torch.get_num_threads()
+    try:
+        torch.set_num_threads(2)
+        sample(model, tokenizer, MIXED[:6], 8, seed=0)
+    finally:
+        torch.set_num_threads(before)
+    assert len({thread for thread, _ in graphs}) == 2 and not any(grad for _, grad in graphs)

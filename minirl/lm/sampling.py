@@ -250,6 +250,7 @@ class _Rows:
         self.live = torch.arange(len(prompt_ids), device=prompt_ids.device)  # (R',)
         self.finished = False
 
+    @torch.no_grad()  # also in the second half's thread: autograd's switch is per thread
     def step(self, noise: torch.Tensor | None, temperature: float, top_k: int | None, eos: int, pad: int):
         """The next token of every row, its log-prob and whether the row was still running: (R,) each. A finished row
         writes pad with log-prob 0; ``noise`` (B, V) is the whole batch's, None for greedy."""
