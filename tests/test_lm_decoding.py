@@ -6,7 +6,7 @@ import pytest
 import torch
 from transformers import LlamaConfig, LlamaForCausalLM
 
-from minirl.lm import PRETRAINED, build_tokenizer, decoding, load, logprobs, sample
+from minirl.lm import PRETRAINED, build_tokenizer, decoding, load, logprobs, sample, sampling
 from minirl.lm.sampling import positions
 
 PROMPTS = ["1+1=", "347+585=", "9", "sort 42 7 88 15="]
@@ -220,12 +220,10 @@ def test_the_sampler_draws_what_a_plain_multinomial_loop_draws():
 
 
 @pytest.mark.parametrize("greedy", [False, True])
-def test_two_halves_on_two_threads_draw_what_one_batch_draws(monkeypatch, greedy):
+def test_two_halves_on_two_threads_draw_what_one_batch_draws(monkeypatch, two_threads, greedy):
     """With two threads, a batch of at least 2 * SPLIT_ROWS rows is sampled as two halves, one per thread: the same
     tokens, log-probs and truncation as the whole batch on one thread, each half at one torch thread, and the caller's
     thread count back afterwards."""
-    from minirl.lm import sampling
-
     model, tokenizer = load(PRETRAINED, device="cpu")
     whole = sample(model, tokenizer, MIXED, 50, temperature=T, greedy=greedy, seed=11)  # 22 rows, not split
     seen = []  # (thread, torch threads) at each half's step
@@ -237,13 +235,8 @@ def test_two_halves_on_two_threads_draw_what_one_batch_draws(monkeypatch, greedy
 
     monkeypatch.setattr(sampling._Rows, "step", watched)
     monkeypatch.setattr(sampling, "SPLIT_ROWS", 11)
-    before = torch.get_num_threads()
-    try:
-        torch.set_num_threads(2)
-        halves = sample(model, tokenizer, MIXED, 50, temperature=T, greedy=greedy, seed=11)
-        assert torch.get_num_threads() == 2
-    finally:
-        torch.set_num_threads(before)
+    halves = sample(model, tokenizer, MIXED, 50, temperature=T, greedy=greedy, seed=11)
+    assert torch.get_num_threads() == 2
     assert len({thread for thread, _ in seen}) == 2 and {n for _, n in seen} == {1}
     same = same_rows(halves.completion_ids, whole.completion_ids, tokenizer.pad_token_id)  # (B,)
     assert same.sum() >= len(MIXED) - 1, same
@@ -253,9 +246,7 @@ def test_two_halves_on_two_threads_draw_what_one_batch_draws(monkeypatch, greedy
         torch.testing.assert_close(halves.logp[same], whole.logp[same], atol=2e-5, rtol=0)
 
 
-def test_a_failure_in_either_half_reaches_the_caller_and_the_threads_come_back(monkeypatch):
-    from minirl.lm import sampling
-
+def test_a_failure_in_either_half_reaches_the_caller_and_the_threads_come_back(monkeypatch, two_threads):
     model, tokenizer = load(PRETRAINED, device="cpu")
     monkeypatch.setattr(sampling, "SPLIT_ROWS", 2)
     real = sampling._Rows.step
@@ -266,20 +257,13 @@ def test_a_failure_in_either_half_reaches_the_caller_and_the_threads_come_back(m
         return real(self, *args)
 
     monkeypatch.setattr(sampling._Rows, "step", second_half_fails)
-    before = torch.get_num_threads()
-    try:
-        torch.set_num_threads(2)
-        with pytest.raises(RuntimeError, match="second half"):
-            sample(model, tokenizer, MIXED[:4], 10, seed=0)
-        assert torch.get_num_threads() == 2
-    finally:
-        torch.set_num_threads(before)
+    with pytest.raises(RuntimeError, match="second half"):
+        sample(model, tokenizer, MIXED[:4], 10, seed=0)
+    assert torch.get_num_threads() == 2
 
 
-def test_the_second_half_runs_without_a_graph_on_the_models_own_forward(monkeypatch):
+def test_the_second_half_runs_without_a_graph_on_the_models_own_forward(monkeypatch, two_threads):
     """Autograd's switch is per thread: the second half's thread must not build a graph either."""
-    from minirl.lm import sampling
-
     model, tokenizer = load(PRETRAINED, device="cpu")
     monkeypatch.setattr(decoding, "supports", lambda model: False)  # transformers' forward, not the lean decoder
     monkeypatch.setattr(sampling, "SPLIT_ROWS", 2)
@@ -292,10 +276,5 @@ def test_the_second_half_runs_without_a_graph_on_the_models_own_forward(monkeypa
         return logits
 
     monkeypatch.setattr(sampling._CachedForward, "__call__", watched)
-    before = torch.get_num_threads()
-    try:
-        torch.set_num_threads(2)
-        sample(model, tokenizer, MIXED[:6], 8, seed=0)
-    finally:
-        torch.set_num_threads(before)
+    sample(model, tokenizer, MIXED[:6], 8, seed=0)
     assert len({thread for thread, _ in graphs}) == 2 and not any(grad for _, grad in graphs)
