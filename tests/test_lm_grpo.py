@@ -11,7 +11,7 @@ from safetensors.torch import load_file
 
 from minirl import _io
 from minirl.lm import PRETRAINED, build_tokenizer, grpo, make_model, runs, save
-from minirl.lm.sampling import positions
+from minirl.lm.sampling import logprobs, positions
 from minirl.losses import LOSS_AGGS
 
 SIZES = dict(hidden_size=32, num_layers=2, num_heads=2, intermediate_size=64)
@@ -144,6 +144,33 @@ def test_training_in_length_chunks_gives_the_update_of_one_pass(tiny, monkeypatc
     assert chunked["length"] == whole["length"]  # the same completions: the chunks cut real padding
     assert chunked["loss"] == pytest.approx(whole["loss"], rel=1e-5, abs=1e-6)  # seq-mean: about 0 at ratio 1
     for a, b in zip(runs[5].model.parameters(), runs[10**6].model.parameters()):
+        torch.testing.assert_close(a, b, rtol=0, atol=1e-6)
+
+
+def parity_reward(prompts, completions, answers):
+    """A reward of the row, not of its text: copies of one completion get different rewards, so they train."""
+    return [float(i % 2) for i in range(len(completions))]
+
+
+@pytest.mark.parametrize("beta", [0.0, 0.5])
+def test_rows_that_repeat_are_computed_once_for_the_update_of_every_row(tiny, monkeypatch, beta):
+    """Near-greedy sampling repeats completions within a group. Computing each distinct row once gives the losses
+    and, after two AdamW steps, the parameters of scoring every row on its own with ``logprobs`` on whole rows."""
+
+    def every_row(model, prompt_ids, prompt_mask, completion_ids, completion_mask, temperature):
+        ids, mask = torch.cat([prompt_ids, completion_ids], 1), torch.cat([prompt_mask, completion_mask], 1)
+        return logprobs(model, ids, mask, temperature)[:, prompt_ids.shape[1] :]  # (B, C)
+
+    kw = dict(prompts_per_step=4, temperature=0.05, beta=beta, accuracy_weight=0.0, seed=1)
+    once = grpo.train(tiny_cfg(tiny, **kw), reward_fn=parity_reward)
+    monkeypatch.setattr(grpo, "completion_logprobs", every_row)
+    each = grpo.train(tiny_cfg(tiny, **kw), reward_fn=parity_reward)
+    h = once.history
+    assert h["rows_computed"] == each.history["rows_computed"] == [16.0, 16.0]
+    assert all(d < n for d, n in zip(h["rows_distinct"], h["rows_computed"]))  # there were copies
+    assert h["length"] == each.history["length"]
+    assert h["loss"] == pytest.approx(each.history["loss"], rel=1e-5, abs=1e-6)
+    for a, b in zip(once.model.parameters(), each.model.parameters()):
         torch.testing.assert_close(a, b, rtol=0, atol=1e-6)
 
 

@@ -77,6 +77,33 @@ def test_completion_logprobs_compute_each_prompt_once_and_equal_logprobs(model, 
         torch.testing.assert_close(g, w, atol=1e-5, rtol=1e-4)
 
 
+def test_completion_logprobs_compute_each_distinct_row_once(model, tok):
+    """Rows that repeat another row (prompt and completion) go through the model once: 3 distinct rows of 6 (two of
+    them with the same prompt), with the values and gradients of one forward pass over all 6 whole rows."""
+    s = sample(model, tok, ["1+1=", "347+585=", "1+1="], max_new_tokens=30, seed=2)
+    assert not torch.equal(s.completion_ids[0], s.completion_ids[2])  # two completions of one prompt
+    order = torch.tensor([0, 1, 0, 2, 1, 0])  # (6,) rows 0 and 1 repeated
+    ids, mask = s.ids[order], s.mask[order]  # (6, L)
+    parts = s.prompt_ids[order], s.prompt_mask[order], s.completion_ids[order], s.completion_mask[order]
+    weights = torch.randn(parts[2].shape, generator=torch.Generator().manual_seed(0))  # (6, C)
+    params = list(model.parameters())
+    P, C = s.prompt_ids.shape[1], s.completion_ids.shape[1]
+    want = logprobs(model, ids, mask)[:, P:]  # (6, C)
+    want_grads = torch.autograd.grad((want * weights).sum(), params)
+    shapes = []
+    hook = model.register_forward_pre_hook(lambda _, args, kwargs: shapes.append(tuple(kwargs["input_ids"].shape)),
+                                           with_kwargs=True)  # fmt: skip
+    try:
+        got = completion_logprobs(model, *parts)
+    finally:
+        hook.remove()
+    assert shapes == [(2, P), (3, C - 1)]  # the 2 distinct prompts, then the 3 distinct rows
+    torch.testing.assert_close(got, want, atol=2e-5, rtol=0)
+    assert torch.equal(got[0], got[2]) and torch.equal(got[0], got[5])  # copies get their twin's numbers
+    for g, w in zip(torch.autograd.grad((got * weights).sum(), params), want_grads):
+        torch.testing.assert_close(g, w, atol=1e-5, rtol=1e-4)
+
+
 def test_completion_logprobs_of_one_token_completions_need_only_the_prompt_pass(model, tok):
     """A completion of one column is scored from the prompts' last logits alone: the same numbers as whole rows."""
     s = sample(model, tok, ["1+1=", "347+585=", "1+1="], max_new_tokens=1, seed=4)

@@ -60,7 +60,7 @@ def supports(model) -> bool:
 def distinct_rows(*columns: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """The distinct rows of ``columns`` (each (B, ...), read side by side): ``first`` (U,), a row index of each, and
     ``rows`` (B,), the index among the U of each row, so that ``x[first][rows]`` is ``x`` for any of the columns."""
-    key = torch.cat([c.reshape(len(c), -1).long() for c in columns], dim=1)  # (B, .)
+    key = torch.cat([c.reshape(len(c), math.prod(c.shape[1:])).long() for c in columns], dim=1)  # (B, .)
     distinct, rows = torch.unique(key, dim=0, return_inverse=True)  # (U, .), (B,)
     first = torch.empty(len(distinct), dtype=torch.long, device=key.device)
     first[rows] = torch.arange(len(key), device=key.device)  # (U,) one row of each distinct key

@@ -17,7 +17,8 @@ A group whose rewards are all equal has A_i = 0 on every row, and with beta = 0 
 loss or its gradient; the trainer leaves them out of the forward and backward passes and keeps the denominators of
 the whole batch (``denominator_share``), so the update is the same and a step gets cheaper as more groups agree.
 The rows that remain go through the model in chunks of similar completion length (``length_chunks``), each cut to
-its longest completion, so that the padding after short completions is never computed.
+its longest completion, so that the padding after short completions is never computed, and a row that repeats
+another (the same prompt and completion, as a policy that has found an answer writes often) is computed once.
 
 Under ``torchrun`` (``minirl.lm.distributed``) each of W processes takes N / W prompts with their whole groups and
 samples its own completions; the rewards are gathered, so group statistics and the log are those of all W * N groups,
@@ -42,7 +43,7 @@ from tqdm.auto import tqdm
 from minirl import _validate
 from minirl.course import use_threads
 from minirl.history import History
-from minirl.lm import distributed, runs
+from minirl.lm import decoding, distributed, runs
 from minirl.lm import rewards as rw
 from minirl.lm.config import GRPOConfig
 from minirl.lm.evaluation import evaluate
@@ -268,27 +269,33 @@ def train(
         # global denominator (its kept rows, or their tokens for "token-mean"): the average is then the gradient of
         # the loss over the rows of all processes. With one process the factor is exactly 1.
         here = float(smp.completion_mask[rows].sum()) if cfg.loss_agg == "token-mean" else float(len(rows))
-        counts = torch.tensor([len(rows), len(live), here], dtype=torch.float64)
-        n_rows, n_live, total = distributed.all_sum(counts).tolist()  # over all processes
+        # Rows that repeat another row, prompt and completion, have the same log-probs: the model computes each
+        # distinct row once (``completion_logprobs``). A policy that has found an answer writes it again and again:
+        # in the first 30 steps of the benchmark against TRL a fifth of the rows with signal were copies.
+        sampled = smp.prompt_ids, smp.prompt_mask, smp.completion_ids, smp.completion_mask  # (B, P | C) each
+        distinct, twin = decoding.distinct_rows(*(x[live] for x in sampled))  # (U,) one row of each; (B'',) which
+        counts = torch.tensor([len(rows), len(live), len(distinct), here], dtype=torch.float64)
+        n_rows, n_live, n_distinct, total = distributed.all_sum(counts).tolist()  # over all processes
         share *= world * here / total if here else 0.0
         idle = n_live > 0 and not len(live)  # others train, this one has no row with signal
         if idle:  # DDP needs a backward pass from every process: one row, at weight 0, adds a zero gradient
             live, share = torch.zeros(1, dtype=torch.long, device=device), 0.0
-        b_pids, b_pmask = smp.prompt_ids[live], smp.prompt_mask[live]  # (B'', P) each
-        b_cids, b_cmask = smp.completion_ids[live], smp.completion_mask[live]  # (B'', C) each
+            distinct, twin = torch.zeros_like(live), torch.zeros_like(live)
+        b_pids, b_pmask, b_cids, b_cmask = (x[live] for x in sampled)  # (B'', P), (B'', P), (B'', C), (B'', C)
         b_old_logp, b_adv = smp.logp[live], adv[live]  # (B'', C), (B'',)
         # The rows go through the model in chunks of similar completion length, each cut to its own longest
         # completion: the padding after short completions is never computed (on a 128-row batch of addition here,
         # 13% of the tokens and 17% of the time of a forward and backward pass). The loss sums over rows (or tokens)
         # and divides by the whole batch's count, so each chunk's loss is scaled by its share of that count: the
-        # chunks' losses add up to the batch's loss, and their backward passes to its gradient. Within a chunk, each
-        # distinct prompt goes through the model once (``completion_logprobs``): a group's rows share its prompt.
+        # chunks' losses add up to the batch's loss, and their backward passes to its gradient. The chunks are cut
+        # from the distinct rows, each with all its copies, so that a chunk holds about CHUNK_ROWS rows to compute.
+        # Within a chunk, each distinct prompt goes through the model once: a group's rows share its prompt.
         chunks = []  # per chunk: (rows, completion columns, its rows' tokens, share of the denominator, log pi_ref)
-        for rows_j in length_chunks(b_cmask, CHUNK_ROWS) if len(live) else []:
+        for d_j in length_chunks(b_cmask[distinct], CHUNK_ROWS) if len(live) else []:
+            in_j = torch.isin(twin, d_j)  # (B'',) the rows of these distinct ones, copies included
+            rows_j = in_j.nonzero().flatten()  # (B_j,)
             C_j = int(b_cmask[rows_j].sum(dim=1).max())
             rows_data = b_pids[rows_j], b_pmask[rows_j], b_cids[rows_j, :C_j], b_cmask[rows_j, :C_j]  # (B_j, P | C_j)
-            in_j = torch.zeros(len(live), dtype=torch.bool, device=device)
-            in_j[rows_j] = True
             ref_j = None
             if ref_model is not None:
                 with torch.no_grad(), distributed.autocast(device):
@@ -365,7 +372,8 @@ def train(
             "entropy": -(distributed.all_sum(smp.logp.sum()) / distributed.all_sum(cmask.sum())).item(),
             "zero_var_groups": all_zero_var.float().mean().item(),
             "rows_trained": n_rows,  # rows in the loss
-            "rows_computed": n_live,  # rows through the forward and backward passes
+            "rows_computed": n_live,  # rows through the forward and backward passes, copies included
+            "rows_distinct": n_distinct,  # the distinct ones among them: what the model computes
             "lr": lr,
             "sample_s": t1 - t0,
             "train_s": t2 - t1,

@@ -114,7 +114,14 @@ def completion_logprobs(
     completion_mask: torch.Tensor,
     temperature: float = 1.0,
 ) -> torch.Tensor:
-    """log pi(o_t | q, o_<t) of every completion token, each distinct prompt q computed once. Keeps the graph.
+    """log pi(o_t | q, o_<t) of every completion token, each distinct row and each distinct prompt q computed once.
+    Keeps the graph.
+
+    A row that repeats another, prompt and completion, has the same log-probs: only the distinct rows go through the
+    model, each copy gets its twin's numbers, and the backward pass sums the copies' gradients into the one
+    computation. A GRPO policy that has found an answer writes it often: a fifth of the rows trained on in the first
+    30 steps on addition were copies, and skipping them took a training step from 0.38 to 0.30 s here (AMD EPYC, one
+    thread, the same losses up to rounding).
 
     GRPO writes G completions per prompt, so most rows of a batch repeat a prompt. Here each distinct prompt goes
     through the model once; its keys and values (with their graph) are copied to each of its rows, and the
@@ -131,14 +138,18 @@ def completion_logprobs(
 
     Returns:
         (B, C) log-probs, 0 on padding: ``logprobs(model, ids, mask)[:, P:]`` of the same rows, up to float rounding
-        (``tests/test_lm_sampling.py`` checks values and gradients).
+        (``tests/test_lm_sampling.py`` checks values and gradients, with and without repeated rows).
     """
     temperature = _check_temperature(temperature)
     if prompt_ids.shape != prompt_mask.shape or completion_ids.shape != completion_mask.shape:
         shapes = [tuple(x.shape) for x in (prompt_ids, prompt_mask, completion_ids, completion_mask)]
         raise ValueError(f"the prompts' ids and mask must both be (B, P), the completions' both (B, C), got {shapes}")
-    P, core = prompt_ids.shape[1], getattr(model, "module", model)  # the model itself, also when DDP wraps it
     prompt_mask, completion_mask = prompt_mask.bool(), completion_mask.bool()
+    whole, copies = decoding.distinct_rows(prompt_ids, prompt_mask, completion_ids, completion_mask)  # (R,), (B,)
+    if len(whole) < len(prompt_ids):  # a row repeated: each distinct row computed once, its log-probs copied
+        distinct = (x[whole] for x in (prompt_ids, prompt_mask, completion_ids, completion_mask))
+        return completion_logprobs(model, *distinct, temperature)[copies]  # (B, C)
+    P, core = prompt_ids.shape[1], getattr(model, "module", model)  # the model itself, also when DDP wraps it
     first, rows = decoding.distinct_rows(prompt_ids, prompt_mask)  # (U,), (B,)
     cache, kwarg = DynamicCache(config=core.config), cache_kwarg(core)
     u_mask = prompt_mask[first]  # (U, P)
