@@ -36,8 +36,10 @@ What is not a hyperparameter and differs (also listed in the results file, ``DIF
   minirl keeps the log-probs recorded while sampling (the ratio is 1 up to rounding between the cached and uncached
   forward). Clipping is inactive on both sides.
 - Log-probs. TRL patches the model with a fused LM head that scores only completion positions and also computes the
-  per-token entropy (for logging); minirl takes a log-softmax over all positions. TRL passes no position ids; every
-  addition prompt is bos + 8 characters, so there is no left padding and the positions agree (asserted).
+  per-token entropy (for logging); minirl scores the last prompt position and the completion, computes each distinct
+  prompt of a chunk once and each distinct row (prompt and completion) once, its copies sharing its log-probs. TRL
+  passes no position ids; every addition prompt is bos + 8 characters, so there is no left padding and the positions
+  agree (asserted).
 - Optimizer kernel. TRL's default ``optim="adamw_torch_fused"``; minirl builds ``torch.optim.AdamW`` with defaults
   (the single-tensor loop on CPU). Same update rule.
 - TRL shuffles the 128 rows of a round before slicing it into micro-batches; with one micro-batch of 128 the loss is
@@ -88,8 +90,9 @@ DIFFERENCES = [
     "pi_old: with one iteration TRL uses the policy's own detached log-probs (ratio exactly 1); minirl the log-probs "
     "recorded while sampling (ratio 1 up to rounding). Clipping is inactive on both sides.",
     "Log-probs: TRL's fused LM head scores only completion positions and also computes per-token entropy (logged); "
-    "minirl takes a log-softmax over all positions. TRL passes no position ids, which is harmless here: every prompt "
-    "is bos + 8 characters, no left padding.",
+    "minirl scores the last prompt position and the completion, each distinct prompt of a chunk computed once and "
+    "each distinct row once (its copies share its log-probs). TRL passes no position ids, which is harmless here: "
+    "every prompt is bos + 8 characters, no left padding.",
     "Optimizer kernel: TRL's default `adamw_torch_fused`; minirl's `torch.optim.AdamW` defaults. Same update rule.",
     "TRL shuffles the 128 rows of a round before its (single) micro-batch; the loss is a mean over rows, so no effect. "
     "The dataset is not shuffled (`shuffle_dataset=False`); the prompts of each step are checked against minirl's.",
@@ -320,14 +323,14 @@ def weights_per_token(model) -> int:
 def floor_s(result, task, gflops: float) -> float:
     """Seconds per step of the matrix products on real tokens alone, at ``gflops``: 2 FLOPs per weight per token for
     sampling (a forward pass; a prompt once, however many rows share it), 6 for training (forward and backward) on the
-    rows that went through it. Padding, attention scores and every other operation count zero, so no implementation
-    gets below it."""
+    distinct rows that went through it (a row that repeats another is computed once). Padding, attention scores and
+    every other operation count zero, so no implementation gets below it."""
     h, w = result.history, weights_per_token(result.model)
     prompts = result.config.prompts_per_step
     rows = prompts * result.config.group_size  # sampled per step
     prompt = len(result.tokenizer(draw_problems(task, 1, 0, 0)[0].prompt)["input_ids"])  # bos + the characters
     flops = sum(2 * w * (prompts * prompt + rows * n) + 6 * w * live * (prompt + n)
-                for n, live in zip(h["length"], h["rows_computed"]))  # fmt: skip
+                for n, live in zip(h["length"], h["rows_distinct"]))  # fmt: skip
     return flops / gflops / 1e9 / len(h["length"])
 
 
@@ -347,6 +350,8 @@ def run_minirl(cfg: GRPOConfig, task, gflops: float) -> dict:
         "train_acc": h["accuracy"],
         "after": evaluate(result.model, result.tokenizer, task, n=EVAL_N, k=0).accuracy,
         "floor_s": floor_s(result, task, gflops),
+        "rows_computed": statistics.mean(h["rows_computed"]),
+        "rows_distinct": statistics.mean(h["rows_distinct"]),
     }
 
 
@@ -436,6 +441,7 @@ def write_table(rows: list[dict], args, total_s: float, gflops: float) -> None:
         for lib in libs
     }
     ratio = med["minirl"]["step_s"] / med["TRL"]["step_s"]
+    ours = [r for r in rows if r["library"] == "minirl"]
     verdict = "met" if ratio <= 0.5 and med["minirl"]["after"] >= med["TRL"]["after"] else "not met"
     lines = [
         "# GRPO on 3-digit addition: minirl vs TRL's GRPOTrainer",
@@ -464,9 +470,13 @@ def write_table(rows: list[dict], args, total_s: float, gflops: float) -> None:
         f"TRL {med['TRL']['after']:.3f} (untrained {rows[0]['before']:.3f}).",
         f"Floor: the matrix products on real tokens alone at this CPU's speed for one 512 x 512 product "
         f"({gflops:.0f} GFLOP/s, {threads_text(args.threads)}), 2 FLOPs per weight per token sampled (a prompt once "
-        f"per group) and 6 per token trained on (of the rows minirl computed): median "
+        f"per group) and 6 per token trained on (of the distinct rows minirl computed): median "
         f"{statistics.median(r['floor_s'] for r in rows if 'floor_s' in r):.2f} s/step. "
         "Padding, attention scores and all other operations count zero.",
+        f"Rows through the training passes, mean per step over steps and seeds: minirl "
+        f"{statistics.mean(r['rows_computed'] for r in ours):.1f} of 128 (those with a nonzero advantage), of which "
+        f"{statistics.mean(r['rows_distinct'] for r in ours):.1f} distinct (a row that repeats another, prompt and "
+        "completion, is computed once); TRL all 128.",
         "minirl's sample and train times are its history's `sample_s` and `train_s`; TRL's sample time is spent in "
         "`_generate_and_score_completions` (generation, reward, advantages), its train time is the rest of its loop "
         "(from `on_train_begin` to `on_train_end`). Setup: loading the model and building the trainer (for minirl, "
