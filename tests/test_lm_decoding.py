@@ -64,33 +64,35 @@ def test_decoder_logits_are_the_models(tok, changes, padded):
     torch.testing.assert_close(got, expected[:, P - 1 :], atol=1e-5, rtol=1e-5)
 
 
-def test_a_prompt_that_rows_share_is_computed_once(tok, monkeypatch):
-    """Rows that repeat a prompt (a GRPO group) get the model's logits from one prompt pass per distinct prompt."""
+def test_forked_rows_go_on_from_their_parents_keys_and_values(tok):
+    """Three prompts of different lengths (left padding) computed once, forked into six rows (two groups share a
+    prompt), one token each, and one row forked again after its token: every row's logits are the model's on its own
+    whole row."""
     model = llama(tok, num_key_value_heads=2)
-    prompts = [PROMPTS[i] for i in (1, 2, 1, 3, 2, 1)]  # 3 distinct, left-padded to the longest
-    enc = tok(prompts, padding=True, padding_side="left", return_tensors="pt")
-    P = enc["input_ids"].shape[1]
-    completion = torch.randint(3, len(tok), (len(prompts), 5), generator=torch.Generator().manual_seed(1))
-    ids = torch.cat([enc["input_ids"], completion], dim=1)  # (B, L): each row its own completion
-    mask = torch.cat([enc["attention_mask"].bool(), torch.ones_like(completion, dtype=torch.bool)], dim=1)
+    enc = tok(PROMPTS[1:4], padding=True, padding_side="left", return_tensors="pt")
+    pids, pmask = enc["input_ids"], enc["attention_mask"].bool()  # (3, P) each
+    P = pids.shape[1]
+    dec = decoding.LlamaDecoder(model, 7, P + 2, pmask)
+    first = dec(pids, positions(pmask))  # (3, V)
+    dec.fork(torch.tensor([0, 2, 0]))  # rows 3, 4, 5 copy rows 0, 2, 0
+    prompt_of = [0, 1, 2, 0, 2, 0, 1]  # each row's prompt; row 6 will be forked from row 1
+    t1 = torch.tensor([5, 6, 7, 8, 9, 10])  # (6,)
+    pos = positions(pmask)[prompt_of[:6], -1:] + 1  # (6, 1)
+    second = dec(t1[:, None], pos)  # (6, V)
+    dec.fork(torch.tensor([1]))  # row 6: row 1's prompt and token 6
+    t2 = torch.tensor([11, 12, 13, 14, 15, 16, 17])  # (7,)
+    third = dec(t2[:, None], torch.cat([pos, pos[1:2]]) + 1)  # (7, V)
+    assert dec.U == 7
+    with pytest.raises(ValueError, match="room for 7 rows"):
+        dec.fork(torch.tensor([0]))
+    written = torch.stack([torch.cat([t1, t1[1:2]]), t2], dim=1)  # (7, 2) each row's two tokens
+    ids = torch.cat([pids[prompt_of], written], dim=1)  # (7, P + 2)
+    mask = torch.cat([pmask[prompt_of], torch.ones_like(written, dtype=torch.bool)], dim=1)
     with torch.no_grad():
-        expected = model(input_ids=ids, attention_mask=mask.long(), position_ids=positions(mask)).logits  # (B, L, V)
-
-    rows_computed = []  # batch size of each normalisation inside the prompt pass
-    rms_norm = decoding.F.rms_norm
-
-    def counted(x, *args):
-        rows_computed.append(len(x))
-        return rms_norm(x, *args)
-
-    with monkeypatch.context() as m:
-        m.setattr(decoding.F, "rms_norm", counted)
-        dec = decoding.LlamaDecoder(model, len(prompts), ids.shape[1], mask[:, :P])
-        pos = positions(mask)
-        first = dec(ids[:, :P], pos[:, :P])
-    assert set(rows_computed) == {3}
-    got = torch.stack([first] + [dec(ids[:, t : t + 1], pos[:, t : t + 1]) for t in range(P, ids.shape[1])], dim=1)
-    torch.testing.assert_close(got, expected[:, P - 1 :], atol=1e-5, rtol=1e-5)
+        expected = model(input_ids=ids, attention_mask=mask.long(), position_ids=positions(mask)).logits  # (7, P+2, V)
+    torch.testing.assert_close(first, expected[:3, P - 1], atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(second, expected[:6, P], atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(third, expected[:, P + 1], atol=1e-5, rtol=1e-5)
 
 
 def test_the_cache_grows_by_blocks_up_to_its_length(tok):
@@ -129,7 +131,7 @@ def test_the_cache_stays_in_its_two_buffers_and_unwritten_positions_are_zero(tok
             dec.select(torch.arange(rows))
             pos = pos[:rows]
         dec(torch.full((rows, 1), 5 + t % 7), pos + t)
-        assert dec.k_cache.data_ptr() in starts and dec.k_cache.is_contiguous()
+        assert dec.k_cache.data_ptr() in starts and all(layer.is_contiguous() for layer in dec.k_cache)
         assert dec.k_cache.shape[1] == rows
         unwritten = torch.cat([dec.k_cache[:, :, :, dec.S :], dec.v_cache[:, :, :, dec.S :]])
         assert unwritten.eq(0).all(), f"token {t}: positions after {dec.S} hold stale numbers"
@@ -197,26 +199,61 @@ def test_the_sampler_writes_the_same_with_either_forward(tok, monkeypatch, greed
     torch.testing.assert_close(lean.logp, recomputed, atol=5e-5, rtol=0)
 
 
-def test_the_sampler_draws_what_a_plain_multinomial_loop_draws():
-    """Against the plainest sampler: every row through an uncached forward at every step, ``torch.multinomial`` on the
-    whole batch. Same generator, same tokens: leaving finished rows out changes neither the draws nor their order."""
-    model, tokenizer = load(PRETRAINED, device="cpu")
-    prompts = MIXED
-    got = sample(model, tokenizer, prompts, 50, temperature=T, seed=11)
+def plain_draws(model, tokenizer, prompts: list[str], steps: int, temperature: float, seed: int) -> torch.Tensor:
+    """The plainest sampler: every row through an uncached forward at every step, ``torch.multinomial`` on the whole
+    batch. Returns the (B, C) completions, pad after each eos."""
     enc = tokenizer(prompts, padding=True, padding_side="left", return_tensors="pt")
     ids, mask = enc["input_ids"], enc["attention_mask"].bool()
-    generator, done, eos = torch.Generator().manual_seed(11), torch.zeros(len(prompts), dtype=torch.bool), 2
-    for _ in range(50):
+    generator, done, eos = torch.Generator().manual_seed(seed), torch.zeros(len(prompts), dtype=torch.bool), 2
+    for _ in range(steps):
         with torch.no_grad():
             logits = model(input_ids=ids, attention_mask=mask.long(), position_ids=positions(mask)).logits[:, -1]
-        nxt = torch.multinomial((logits / T).softmax(-1), 1, generator=generator).squeeze(-1)
+        nxt = torch.multinomial((logits / temperature).softmax(-1), 1, generator=generator).squeeze(-1)
         nxt = torch.where(done, tokenizer.pad_token_id, nxt)
         ids, mask = torch.cat([ids, nxt[:, None]], 1), torch.cat([mask, torch.ones_like(mask[:, :1])], 1)
         done |= nxt == eos
         if done.all():
             break
-    same = same_rows(got.completion_ids, ids[:, enc["input_ids"].shape[1] :], tokenizer.pad_token_id)  # (B,)
-    assert same.sum() >= len(prompts) - 1, same
+    return ids[:, enc["input_ids"].shape[1] :]
+
+
+def test_the_sampler_draws_what_a_plain_multinomial_loop_draws():
+    """Same generator, same tokens: leaving finished rows out changes neither the draws nor their order."""
+    model, tokenizer = load(PRETRAINED, device="cpu")
+    got = sample(model, tokenizer, MIXED, 50, temperature=T, seed=11)
+    same = same_rows(got.completion_ids, plain_draws(model, tokenizer, MIXED, 50, T, 11), tokenizer.pad_token_id)
+    assert same.sum() >= len(MIXED) - 1, same
+
+
+GROUPS = [prompt for prompt in MIXED[:6] for _ in range(8)]  # 6 prompts x 8 rows, as GRPO samples them
+
+
+@pytest.mark.parametrize("lean", [True, False])
+def test_rows_that_share_a_prefix_are_computed_once_and_draw_their_own_tokens(monkeypatch, lean):
+    """The rows of a prompt have the same prefix until their draws part: the forward computes fewer rows than are
+    writing (each prompt once in the prompt pass), and the tokens are those of the plain loop, which computes every
+    row on its own. With the lean forward and with the model's own."""
+    model, tokenizer = load(PRETRAINED, device="cpu")
+    computed = []  # rows through the forward at each call
+    if lean:
+        real = decoding.LlamaDecoder.__call__
+        monkeypatch.setattr(decoding.LlamaDecoder, "__call__", lambda self, ids, pos: computed.append(len(ids)) or
+                            real(self, ids, pos))  # fmt: skip
+    else:
+        monkeypatch.setattr(decoding, "supports", lambda model: False)
+        model.register_forward_pre_hook(lambda _, args, kwargs: computed.append(len(kwargs["input_ids"])),
+                                        with_kwargs=True)  # fmt: skip
+    try:
+        got = sample(model, tokenizer, GROUPS, 50, temperature=1.0, seed=3)
+    finally:
+        model._forward_pre_hooks.clear()
+    writing = got.completion_mask.sum(dim=0)  # (C,) rows writing each column
+    assert computed[0] == 6 and len(computed) == len(writing)
+    assert sum(computed[1:]) < 0.8 * writing[1:].sum(), (computed, writing)
+    same = same_rows(got.completion_ids, plain_draws(model, tokenizer, GROUPS, 50, 1.0, 3), tokenizer.pad_token_id)
+    assert same.sum() >= len(GROUPS) - 1, same
+    recomputed = logprobs(model, got.ids, got.mask).detach()[:, got.prompt_ids.shape[1] :]
+    torch.testing.assert_close(got.logp, recomputed, atol=5e-5, rtol=0)
 
 
 @pytest.mark.parametrize("greedy", [False, True])

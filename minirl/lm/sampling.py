@@ -219,13 +219,13 @@ def _unknown_pieces(tokenizer, prompt: str) -> list[str] | None:
 
 class _CachedForward:
     """The model's own forward with transformers' KV cache, for models ``minirl.lm.decoding`` does not cover. Called
-    with (ids (B, T), pos (B, T)) it returns the (B, V) logits after the last of ids; ``select(rows)`` keeps only
-    those rows of the batch, as ``decoding.LlamaDecoder`` does."""
+    with (ids (U, T), pos (U, T)) it returns the (U, V) logits after the last of ids; ``select(rows)`` and
+    ``fork(parents)`` change the rows it holds, as ``decoding.LlamaDecoder``'s do."""
 
     def __init__(self, model, prompt_mask: torch.Tensor):
         self.model, self.kwarg = model, cache_kwarg(model)
         self.cache = DynamicCache(config=model.config)  # filled in place by every forward
-        self.attn = prompt_mask.long()  # (B, P + t): the prompts' padding mask, then every token fed after them
+        self.attn = prompt_mask.long()  # (U, P + t): the prompts' padding mask, then every token fed after them
 
     def __call__(self, ids: torch.Tensor, pos: torch.Tensor) -> torch.Tensor:
         if self.cache.get_seq_length():  # past the prompt, which the mask holds already: one new token per call
@@ -238,63 +238,97 @@ class _CachedForward:
         self.cache.batch_select_indices(rows)
         self.attn = self.attn[rows]
 
+    def fork(self, parents: torch.Tensor) -> None:
+        self.select(torch.cat([torch.arange(len(self.attn), device=parents.device), parents]))
 
-def _forward(model, prompt_mask: torch.Tensor, max_new: int):
-    """The lean forward of ``minirl.lm.decoding`` for a plain Llama, else the model's own (``_CachedForward``)."""
-    B, P = prompt_mask.shape
+
+def _forward(model, prompt_mask: torch.Tensor, rows: int, max_new: int):
+    """The lean forward of ``minirl.lm.decoding`` for a plain Llama, with room for ``rows`` rows, else the model's
+    own (``_CachedForward``). ``prompt_mask``: (U, P), the prompts of its first call."""
+    P = prompt_mask.shape[1]
     if decoding.supports(model):
-        return decoding.LlamaDecoder(model, B, P + max_new, None if prompt_mask.all() else prompt_mask)
+        return decoding.LlamaDecoder(model, rows, P + max_new, None if prompt_mask.all() else prompt_mask)
     return _CachedForward(model, prompt_mask)
 
 
 class _Rows:
-    """The sampler's state for the rows ``rows`` (a slice) of the batch: their forward with its KV cache, which of
-    them wrote their eos (``done``; ``finished`` once all have), and which of them the model still computes
-    (``live``)."""
+    """The sampler's state for the rows ``rows`` (a slice) of the batch: which of them wrote their eos (``done``;
+    ``finished`` once all have), and their forward with its KV cache, which holds one row per distinct prefix.
+
+    Rows that share a prefix (the G completions of a prompt, and completions that have written the same tokens so
+    far) have the same next-token distribution, so the model computes it once for all of them (``node``: each row's
+    row of the cache) and each row draws its own token from it with its own noise. Rows of a prefix that drew
+    different tokens part: the first keeps the cache row and each other token gets a copy (``fork``). Rows never
+    depend on each other, so the draws are those of every row computed on its own, up to the rounding of smaller
+    matrix products (see ``sample``). On the committed model's GRPO batches of 16 x 8 addition prompts, the distinct
+    prefixes were 55% of the rows still writing, summed over the steps of the first 30 training steps."""
 
     def __init__(self, model, prompt_ids: torch.Tensor, prompt_mask: torch.Tensor, max_new: int, rows: slice):
         """``prompt_ids``, ``prompt_mask``: (R, P), these rows' prompts."""
         self.rows = rows
-        self.forward = _forward(model, prompt_mask, max_new)
-        self.step_ids, self.pos = prompt_ids, positions(prompt_mask)  # (R, P) each, then (R', 1)
+        first, self.node = decoding.distinct_rows(prompt_ids, prompt_mask)  # (U,), (R,): each prompt once
+        self.forward = _forward(model, prompt_mask[first], len(prompt_ids), max_new)
+        self.step_ids, self.pos = prompt_ids[first], positions(prompt_mask[first])  # (U, P) each, then (U, 1)
         self.done = torch.zeros(len(prompt_ids), dtype=torch.bool, device=prompt_ids.device)  # (R,)
-        self.live = torch.arange(len(prompt_ids), device=prompt_ids.device)  # (R',)
         self.finished = False
+
+    @property
+    def computed(self) -> int:
+        """The rows of the cache the next step computes."""
+        return len(self.step_ids)
 
     @torch.no_grad()  # also in the second half's thread: autograd's switch is per thread
     def step(self, noise: torch.Tensor | None, temperature: float, top_k: int | None, eos: int, pad: int):
         """The next token of every row, its log-prob and whether the row was still running: (R,) each. A finished row
         writes pad with log-prob 0; ``noise`` (B, V) is the whole batch's, None for greedy."""
-        done, live = self.done, self.live
+        done = self.done
         if self.finished:
             return torch.full_like(done, pad, dtype=torch.long), torch.zeros(len(done), device=done.device), ~done
-        logits = self.forward(self.step_ids, self.pos).float() / temperature  # (R', V)
+        logits = self.forward(self.step_ids, self.pos).float() / temperature  # (U, V), one row per distinct prefix
         if top_k is not None and top_k < logits.shape[-1]:
-            kth = logits.topk(top_k, dim=-1).values[:, -1:]  # (R', 1)
+            kth = logits.topk(top_k, dim=-1).values[:, -1:]  # (U, 1)
             logits = logits.masked_fill(logits < kth, float("-inf"))
-        logp_all = torch.log_softmax(logits, dim=-1)  # (R', V)
+        logp_all = torch.log_softmax(logits, dim=-1)  # (U, V)
+        run = (~done).nonzero().squeeze(-1)  # (R',) the rows still writing
+        node = self.node[run]  # (R',) the cache row of each
         if noise is None:
-            tok_live = logits.argmax(dim=-1)  # (R',)
+            tok_run = logits.argmax(dim=-1)[node]  # (R',)
         else:
-            tok_live = (logp_all.exp() / noise[self.rows][live]).argmax(dim=-1)  # (R',)
-        tok = torch.full_like(done, pad, dtype=torch.long).index_put((live,), tok_live)  # (R,)
-        tok = torch.where(done, pad, tok)  # finished rows only pad
-        logp_live = logp_all.gather(-1, tok[live][:, None]).squeeze(-1)  # (R',)
-        logp = torch.zeros(len(done), device=done.device).index_put((live,), logp_live)  # (R,)
-        logp = torch.where(done, torch.zeros_like(logp), logp)
+            tok_run = (logp_all.exp()[node] / noise[self.rows][run]).argmax(dim=-1)  # (R',)
+        tok = torch.full_like(done, pad, dtype=torch.long).index_put((run,), tok_run)  # (R,) finished rows only pad
+        logp = torch.zeros(len(done), device=done.device).index_put((run,), logp_all[node, tok_run])  # (R,)
         self.done = done | (tok == eos)
         self.finished = bool(self.done.all())
         if not self.finished:
-            self.pos = self.pos[:, -1:] + 1  # (R', 1)
-            running = ~self.done[live]  # (R',)
-            # Rows that wrote their eos only pad from now on. Once a quarter of the computed rows have finished,
-            # they leave the batch (and the cache): a step then costs what its running rows cost. Each leaving copies
-            # the cache, so rows leave in groups rather than one eos at a time.
-            if running.sum() <= 0.75 * len(live):
-                self.forward.select(running.nonzero().squeeze(-1))
-                self.live, self.pos = live[running], self.pos[running]
-            self.step_ids = tok[self.live][:, None]  # (R', 1)
+            self._advance(run[tok_run != eos], tok, logits.shape[-1], pad)
         return tok, logp, ~done
+
+    def _advance(self, going: torch.Tensor, tok: torch.Tensor, V: int, pad: int) -> None:
+        """The cache rows of the next step: one per distinct (prefix, token) of the rows ``going`` (R'',) on.
+
+        The prefixes that no row goes on from are dropped once they make up a quarter of the rows computed (each
+        drop copies the cache, so they leave in groups rather than one eos at a time); until then they are fed pad."""
+        pairs, which = torch.unique(self.node[going] * V + tok[going], return_inverse=True)  # (N,), (R'',)
+        parent, token = pairs // V, pairs % V  # (N,) each, sorted by parent, then token
+        first = torch.ones_like(parent, dtype=torch.bool)  # (N,) the first token of each parent keeps its row
+        first[1:] = parent[1:] != parent[:-1]
+        U, pos = self.computed, self.pos[:, -1:] + 1  # (U, 1)
+        kept = parent[first]  # (A,) the prefixes some row goes on from, ascending
+        n_forks = len(parent) - len(kept)
+        if len(kept) <= 0.75 * U or getattr(self.forward, "capacity", U + n_forks) < U + n_forks:
+            self.forward.select(kept)
+            moved = torch.empty(U, dtype=torch.long, device=kept.device)
+            moved[kept] = torch.arange(len(kept), device=kept.device)  # (U,) new index of each kept row
+            parent, pos, U = moved[parent], pos[kept], len(kept)
+        forks = ~first
+        if n_forks:
+            self.forward.fork(parent[forks])  # rows U .. U + n_forks - 1
+        row = parent.clone()  # (N,) the cache row of each pair
+        row[forks] = torch.arange(U, U + n_forks, device=row.device)
+        self.step_ids = torch.full((U + n_forks, 1), pad, dtype=torch.long, device=row.device)
+        self.step_ids[row, 0] = token  # (U', 1) a prefix no row goes on from is fed pad
+        self.pos = torch.cat([pos, pos[parent[forks]]])  # (U', 1)
+        self.node[going] = row[which]
 
 
 @torch.no_grad()
@@ -367,7 +401,7 @@ def sample(
                     other = pool.submit(parts[1].step, noise, temperature, top_k, eos, pad)
                     steps = [parts[0].step(noise, temperature, top_k, eos, pad), other.result()]
                 else:
-                    small = device.type == "cpu" and 2 * n_weights * len(parts[0].live) < ONE_THREAD_FLOPS
+                    small = device.type == "cpu" and 2 * n_weights * parts[0].computed < ONE_THREAD_FLOPS
                     if torch.get_num_threads() != (1 if small else threads):  # too small to share
                         torch.set_num_threads(1 if small else threads)
                     steps = [parts[0].step(noise, temperature, top_k, eos, pad)]
