@@ -283,6 +283,19 @@ def test_two_halves_on_two_threads_draw_what_one_batch_draws(monkeypatch, two_th
         torch.testing.assert_close(halves.logp[same], whole.logp[same], atol=2e-5, rtol=0)
 
 
+def test_a_batch_of_few_prompts_stays_whole(monkeypatch, two_threads):
+    """Halves are cut by distinct prompts, the rows the first step computes: 48 rows of 6 prompts stay one batch
+    where 22 rows of 22 prompts split (above), at the same SPLIT_ROWS."""
+    model, tokenizer = load(PRETRAINED, device="cpu")
+    seen = []
+    real = sampling._Rows.step
+    monkeypatch.setattr(sampling._Rows, "step", lambda self, *args: seen.append(threading.get_ident()) or
+                        real(self, *args))  # fmt: skip
+    monkeypatch.setattr(sampling, "SPLIT_ROWS", 11)
+    sample(model, tokenizer, GROUPS, 50, temperature=1.0, seed=3)
+    assert set(seen) == {threading.get_ident()}
+
+
 def test_a_failure_in_either_half_reaches_the_caller_and_the_threads_come_back(monkeypatch, two_threads):
     model, tokenizer = load(PRETRAINED, device="cpu")
     monkeypatch.setattr(sampling, "SPLIT_ROWS", 2)

@@ -32,17 +32,18 @@ from minirl.lm.model import cache_kwarg, check_vocab
 # thread against 0.46 s on two; 500 greedy rows (0.87 GFLOP a step) in 1.2-1.4 s on two against 1.4-1.5 s on one.
 ONE_THREAD_FLOPS = 0.5e9
 
-# On a CPU with two or more threads, a batch of at least 2 * SPLIT_ROWS rows whose halves' decode steps are below
-# ONE_THREAD_FLOPS is sampled as two halves, each with its own forward and KV cache, in two Python threads of one
-# torch thread each: a whole half of a decode step per core, instead of every small operation shared between threads
-# that sleep between operations. A larger model keeps all threads on every operation. The noise of every step is still
-# drawn for the whole batch, in order, before the halves run, and a row's numbers do not depend on the other rows of
-# its matrix products (down to four rows: fewer take other kernels, which round differently), so the tokens are those
-# of one batch up to such rounding. Python's lock lets the halves overlap only in part.
+# On a CPU with two or more threads, a batch of at least 2 * SPLIT_ROWS distinct prompts whose halves' decode steps
+# are below ONE_THREAD_FLOPS is sampled as two halves, each with its own forward and KV cache, in two Python threads of
+# one torch thread each: a whole half of a decode step per core, instead of every small operation shared between
+# threads that sleep between operations. A larger model keeps all threads on every operation. The noise of every step
+# is still drawn for the whole batch, in order, before the halves run, and a row's numbers do not depend on the other
+# rows of its matrix products (down to four rows: fewer take other kernels, which round differently), so the tokens are
+# those of one batch up to such rounding. Python's lock lets the halves overlap only in part.
 # Measured on 2 cores (AMD EPYC, the course's model, waiting threads asleep): a decode step of 128 rows took 4.5 ms
 # against 5.9 ms on one thread and 7.7 ms on two, of 500 rows 17.0 ms against 25.1 and 30.8, of 64 rows 4.0 ms against
-# 3.6 ms on one thread (so smaller batches stay whole); a whole call of 500 greedy rows 0.63 s against 0.99 s, of a
-# 16 x 8 GRPO batch 0.25 s against 0.27 s (its halves shrink as rows finish).
+# 3.6 ms on one thread (so smaller batches stay whole); a whole call of 500 greedy rows 0.65-0.68 s against 0.69-0.96
+# s. The rows are counted by distinct prompts because rows that share a prefix are computed once (``_Rows``): a 16 x 8
+# GRPO batch (16 prompts) takes 0.21 s whole against 0.23-0.24 s as halves of 8 prompts.
 SPLIT_ROWS = 48
 
 
@@ -382,7 +383,9 @@ def sample(
     model.eval()
     threads, n_weights = torch.get_num_threads(), sum(p.numel() for p in model.parameters())
     # two threads, half the rows each, when a half's decode step is too small to share between threads
-    halves = device.type == "cpu" and threads >= 2 and batch >= 2 * SPLIT_ROWS and n_weights * batch < ONE_THREAD_FLOPS
+    prompts_computed = len(decoding.distinct_rows(prompt_ids, prompt_mask)[0])  # the rows of the first step
+    halves = (device.type == "cpu" and threads >= 2 and prompts_computed >= 2 * SPLIT_ROWS
+              and n_weights * batch < ONE_THREAD_FLOPS)  # fmt: skip
     shares = [slice(0, batch // 2), slice(batch // 2, batch)] if halves else [slice(0, batch)]
     V = model.config.vocab_size
     pool = ThreadPoolExecutor(1, initializer=torch.set_num_threads, initargs=(1,)) if halves else nullcontext()
