@@ -4,7 +4,8 @@ The language model is a policy: the state is the prompt plus the tokens so far, 
 the log-prob of a whole completion is the sum of its tokens' log-probs, log pi(o | q) = sum_t log pi(o_t | q, o_<t).
 
 Shapes
-    B   prompts (rows) in the batch; B' the rows still being written, the only ones the model computes
+    B   prompts (rows) in the batch; R' the rows still being written
+    U   rows the model computes: one per distinct prefix of the rows still being written (``_Rows``)
     P   prompt tokens after left padding
     C   completion tokens, at most ``max_new_tokens``
     L   P + C, a whole row
@@ -227,6 +228,7 @@ class _CachedForward:
         self.model, self.kwarg = model, cache_kwarg(model)
         self.cache = DynamicCache(config=model.config)  # filled in place by every forward
         self.attn = prompt_mask.long()  # (U, P + t): the prompts' padding mask, then every token fed after them
+        self.capacity = math.inf  # rows it can hold: transformers' cache grows as rows are added
 
     def __call__(self, ids: torch.Tensor, pos: torch.Tensor) -> torch.Tensor:
         if self.cache.get_seq_length():  # past the prompt, which the mask holds already: one new token per call
@@ -316,7 +318,7 @@ class _Rows:
         U, pos = self.computed, self.pos[:, -1:] + 1  # (U, 1)
         kept = parent[first]  # (A,) the prefixes some row goes on from, ascending
         n_forks = len(parent) - len(kept)
-        if len(kept) <= 0.75 * U or getattr(self.forward, "capacity", U + n_forks) < U + n_forks:
+        if len(kept) <= 0.75 * U or U + n_forks > self.forward.capacity:
             self.forward.select(kept)
             moved = torch.empty(U, dtype=torch.long, device=kept.device)
             moved[kept] = torch.arange(len(kept), device=kept.device)  # (U,) new index of each kept row
